@@ -1,0 +1,524 @@
+package dbtest
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+)
+
+// pgBinDirs are searched for the PostgreSQL server binaries.
+var pgBinDirs = []string{"/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/15/bin"}
+
+var (
+	rootOnce sync.Once
+	rootDir  string
+	rootErr  error
+
+	templateMu sync.Mutex
+	templates  = map[Kind]string{}
+)
+
+// root is this process's directory for server data; a watchdog deletes it
+// when the process dies.
+func root() (string, error) {
+	rootOnce.Do(func() {
+		rootDir, rootErr = os.MkdirTemp("", "xa-dbtest-")
+		if rootErr != nil {
+			return
+		}
+		// Let the postgres user traverse into it.
+		rootErr = os.Chmod(rootDir, 0o755)
+		if rootErr == nil {
+			rootErr = startWatchdog(rootDir)
+		}
+	})
+	return rootDir, rootErr
+}
+
+func cleanupRoot() {
+	if rootDir != "" {
+		os.RemoveAll(rootDir)
+	}
+}
+
+// startWatchdog starts a detached shell that waits for this process to die
+// and then kills every server whose pid file is under dir and deletes dir.
+// It is what cleans up after a panic, a test timeout or a SIGKILL.
+func startWatchdog(dir string) error {
+	script := `
+while kill -0 "$1" 2>/dev/null; do sleep 1; done
+for f in "$2"/*/server.pid; do
+  [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
+done
+sleep 1
+rm -rf "$2"
+`
+	cmd := exec.Command("/bin/sh", "-c", script, "watchdog", strconv.Itoa(os.Getpid()), dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start watchdog: %w", err)
+	}
+	go cmd.Wait() //nolint:errcheck // reaped only; it outlives us by design
+	return nil
+}
+
+// localServer is a server process on this machine.
+type localServer struct {
+	kind     Kind
+	dir      string // instance directory: data/, server.log, server.pid
+	port     int
+	bin      string
+	args     []string
+	cred     *syscall.Credential
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	destroyd bool
+}
+
+func startLocal(ctx context.Context, k Kind, settings map[string]string) (*Server, error) {
+	r, err := root()
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := template(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(r, k.String()+"-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	data := filepath.Join(dir, "data")
+	if out, err := exec.CommandContext(ctx, "cp", "-a", tmpl, data).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("copy template: %v: %s", err, out)
+	}
+	ls := &localServer{kind: k, dir: dir}
+	srv := &Server{Kind: k, Host: "127.0.0.1", ctl: ls}
+	switch k {
+	case MySQL:
+		srv.Flavor, srv.user = "mariadb", "root"
+		ls.bin, err = findBinary("mariadbd", "mysqld")
+		if err != nil {
+			return nil, err
+		}
+	case Postgres:
+		srv.Flavor, srv.user = "postgres", "postgres"
+		ls.bin, err = findPG("postgres")
+		if err != nil {
+			return nil, err
+		}
+		ls.cred, err = pgCredential()
+		if err != nil {
+			return nil, err
+		}
+		if ls.cred != nil {
+			if err := chownR(dir, int(ls.cred.Uid), int(ls.cred.Gid)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// A free port can be taken between our probe and the server's bind:
+	// retry with another one.
+	for attempt := 0; ; attempt++ {
+		ls.port, err = freePort()
+		if err != nil {
+			return nil, err
+		}
+		ls.args = serverArgs(k, dir, ls.port, settings)
+		err = ls.start(ctx)
+		if err == nil || attempt == 2 || !strings.Contains(ls.logTail(), "in use") {
+			break
+		}
+	}
+	if err != nil {
+		tail := ls.logTail()
+		ls.destroy()
+		return nil, fmt.Errorf("%w\n%s", err, tail)
+	}
+	srv.Port = ls.port
+	return srv, nil
+}
+
+func serverArgs(k Kind, dir string, port int, settings map[string]string) []string {
+	data := filepath.Join(dir, "data")
+	var args []string
+	switch k {
+	case MySQL:
+		args = []string{
+			"--no-defaults",
+			"--datadir=" + data,
+			"--port=" + strconv.Itoa(port),
+			"--bind-address=127.0.0.1",
+			"--socket=" + filepath.Join(dir, "mysql.sock"),
+			"--pid-file=" + filepath.Join(dir, "mariadbd.pid"),
+			"--log-error=" + filepath.Join(dir, "server.log"),
+			"--skip-name-resolve",
+			"--max-connections=600",
+			"--innodb-buffer-pool-size=64M",
+			"--innodb-log-file-size=16M",
+		}
+		if os.Geteuid() == 0 {
+			args = append(args, "--user=root")
+		}
+		for _, name := range sortedKeys(settings) {
+			args = append(args, "--"+name+"="+settings[name])
+		}
+	case Postgres:
+		merged := map[string]string{
+			"listen_addresses":          "127.0.0.1",
+			"port":                      strconv.Itoa(port),
+			"unix_socket_directories":   dir,
+			"max_prepared_transactions": "200",
+			"max_connections":           "300",
+			"shared_buffers":            "32MB",
+			"logging_collector":         "off",
+		}
+		for name, v := range settings {
+			merged[name] = v
+		}
+		args = []string{"-D", data}
+		for _, name := range sortedKeys(merged) {
+			args = append(args, "-c", name+"="+merged[name])
+		}
+	}
+	return args
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (ls *localServer) start(ctx context.Context) error {
+	ls.mu.Lock()
+	if ls.cmd != nil {
+		ls.mu.Unlock()
+		return errors.New("already running")
+	}
+	cmd := exec.Command(ls.bin, ls.args...)
+	logf, err := os.OpenFile(filepath.Join(ls.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o666)
+	if err != nil {
+		ls.mu.Unlock()
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: ls.cred}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		ls.mu.Unlock()
+		return fmt.Errorf("start %s: %w", ls.bin, err)
+	}
+	logf.Close()
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }() //nolint:errcheck // exit is observed through exited
+	ls.cmd, ls.exited = cmd, exited
+	_ = os.WriteFile(filepath.Join(ls.dir, "server.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+	ls.mu.Unlock()
+
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		err := ls.ping(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			ls.mu.Lock()
+			ls.cmd = nil
+			ls.mu.Unlock()
+			return fmt.Errorf("%s exited during start-up", filepath.Base(ls.bin))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not accept connections in 90s: %v", filepath.Base(ls.bin), err)
+		}
+	}
+}
+
+func (ls *localServer) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	switch ls.kind {
+	case MySQL:
+		c := mysql.NewConfig()
+		c.User, c.Net, c.Addr = "root", "tcp", fmt.Sprintf("127.0.0.1:%d", ls.port)
+		db, err := sql.Open("mysql", c.FormatDSN())
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		return db.PingContext(ctx)
+	default:
+		conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", ls.port))
+		if err != nil {
+			return err
+		}
+		return conn.Close(ctx)
+	}
+}
+
+func (ls *localServer) signal(ctx context.Context, sig syscall.Signal) error {
+	ls.mu.Lock()
+	cmd, exited := ls.cmd, ls.exited
+	ls.mu.Unlock()
+	if cmd == nil {
+		return errors.New("not running")
+	}
+	// PostgreSQL children (backends) must die with the postmaster on
+	// SIGKILL, so signal the whole process group.
+	target := cmd.Process.Pid
+	if sig == syscall.SIGKILL {
+		target = -target
+	}
+	if err := syscall.Kill(target, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the server to exit: %w", ctx.Err())
+	}
+	if sig == syscall.SIGKILL {
+		// The group's children may take a moment to go.
+		for i := 0; i < 100 && syscall.Kill(-cmd.Process.Pid, 0) == nil; i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	ls.mu.Lock()
+	ls.cmd = nil
+	ls.mu.Unlock()
+	return nil
+}
+
+func (ls *localServer) stop(ctx context.Context) error {
+	// PostgreSQL: SIGINT is a fast shutdown (active sessions end, prepared
+	// transactions stay). MariaDB: SIGTERM is a normal shutdown.
+	sig := syscall.SIGTERM
+	if ls.kind == Postgres {
+		sig = syscall.SIGINT
+	}
+	return ls.signal(ctx, sig)
+}
+
+func (ls *localServer) kill(ctx context.Context) error { return ls.signal(ctx, syscall.SIGKILL) }
+
+func (ls *localServer) destroy() {
+	ls.mu.Lock()
+	if ls.destroyd {
+		ls.mu.Unlock()
+		return
+	}
+	ls.destroyd = true
+	ls.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = ls.kill(ctx)
+	os.RemoveAll(ls.dir)
+}
+
+func (ls *localServer) logTail() string {
+	b, err := os.ReadFile(filepath.Join(ls.dir, "server.log"))
+	if err != nil {
+		return ""
+	}
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	if len(lines) > 25 {
+		lines = lines[len(lines)-25:]
+	}
+	return "server log tail:\n" + string(bytes.Join(lines, []byte("\n")))
+}
+
+// template returns an initialised data directory of kind k, made once per
+// process and copied for every server.
+func template(ctx context.Context, k Kind) (string, error) {
+	templateMu.Lock()
+	defer templateMu.Unlock()
+	if t, ok := templates[k]; ok {
+		return t, nil
+	}
+	r, err := root()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(r, "template-"+k.String())
+	switch k {
+	case MySQL:
+		bin, err := findBinary("mariadb-install-db", "mysql_install_db")
+		if err != nil {
+			return "", fmt.Errorf("%w (install it: apt-get install -y mariadb-server)", err)
+		}
+		args := []string{"--no-defaults", "--datadir=" + dir, "--auth-root-authentication-method=normal",
+			"--skip-test-db", "--innodb-log-file-size=16M"}
+		if os.Geteuid() == 0 {
+			args = append(args, "--user=root")
+		}
+		if out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("%s: %v: %s", bin, err, tail(out))
+		}
+	case Postgres:
+		bin, err := findPG("initdb")
+		if err != nil {
+			return "", err
+		}
+		cred, err := pgCredential()
+		if err != nil {
+			return "", err
+		}
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return "", err
+		}
+		if cred != nil {
+			if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+				return "", err
+			}
+		}
+		cmd := exec.CommandContext(ctx, bin, "-D", dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "-N")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("initdb: %v: %s", err, tail(out))
+		}
+	}
+	templates[k] = dir
+	return dir, nil
+}
+
+func tail(b []byte) string {
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+func findBinary(names ...string) (string, error) {
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p, nil
+		}
+		for _, d := range []string{"/usr/sbin", "/usr/local/sbin", "/usr/bin"} {
+			p := filepath.Join(d, n)
+			if _, err := os.Stat(p); err == nil {
+				return p, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("none of %v found", names)
+}
+
+func findPG(name string) (string, error) {
+	for _, d := range pgBinDirs {
+		p := filepath.Join(d, name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("PostgreSQL %s not found in %v or PATH", name, pgBinDirs)
+}
+
+// pgCredential returns the postgres user's credential when running as
+// root (PostgreSQL refuses to run as root), else nil.
+func pgCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root and there is no postgres user to run PostgreSQL as: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func chownR(dir string, uid, gid int) error {
+	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// serverFromDSN describes a server given in the environment.
+func serverFromDSN(k Kind, dsn string) (*Server, error) {
+	srv := &Server{Kind: k}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	switch k {
+	case MySQL:
+		c, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("XA_MYSQL_DSN: %w", err)
+		}
+		host, port, err := net.SplitHostPort(c.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("XA_MYSQL_DSN address %q: %w", c.Addr, err)
+		}
+		srv.Host, srv.user, srv.pass = host, c.User, c.Passwd
+		srv.Port, _ = strconv.Atoi(port)
+		c.DBName = ""
+		db, err := sql.Open("mysql", c.FormatDSN())
+		if err != nil {
+			return nil, err
+		}
+		defer db.Close()
+		var v string
+		if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+			return nil, fmt.Errorf("XA_MYSQL_DSN: %w", err)
+		}
+		srv.Flavor = "mysql"
+		if strings.Contains(strings.ToLower(v), "mariadb") {
+			srv.Flavor = "mariadb"
+		}
+	case Postgres:
+		c, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("XA_POSTGRES_DSN: %w", err)
+		}
+		srv.Flavor = "postgres"
+		srv.Host, srv.Port, srv.user, srv.pass = c.Host, int(c.Port), c.User, c.Password
+		conn, err := pgx.ConnectConfig(ctx, c)
+		if err != nil {
+			return nil, fmt.Errorf("XA_POSTGRES_DSN: %w", err)
+		}
+		conn.Close(ctx)
+	}
+	return srv, nil
+}
