@@ -97,6 +97,14 @@ type Branch interface {
 	// Rollback rolls the branch back in any state, waiting for a
 	// statement still running on the session to be cancelled.
 	Rollback(ctx context.Context) error
+
+	// Close releases the session without ending the branch, when the
+	// transaction manager gives phase 2 up to recovery: a prepared branch
+	// stays prepared (its session is closed, never pooled, so that the
+	// database detaches it); a branch that is not prepared is rolled back
+	// by the database when its session closes. Close after the branch has
+	// ended is a no-op.
+	Close() error
 }
 
 // OnePhaseCommitter is implemented by branches that can commit without
@@ -104,6 +112,10 @@ type Branch interface {
 type OnePhaseCommitter interface {
 	CommitOnePhase(ctx context.Context) error
 }
+
+// OnePhaseCommitter note: after CommitOnePhase, whatever its error, the
+// branch has released its session; ErrOutcomeUnknown means the commit may
+// or may not have happened.
 
 // Idler is implemented by branches that can tell that no statement has
 // reached the database yet (their start was deferred).

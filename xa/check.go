@@ -1,0 +1,53 @@
+package xa
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Severity grades a Finding.
+type Severity int
+
+const (
+	SeverityOK Severity = 1 + iota
+	SeverityWarn
+	SeverityFail
+)
+
+func (s Severity) String() string {
+	switch s {
+	case SeverityOK:
+		return "ok"
+	case SeverityWarn:
+		return "warn"
+	case SeverityFail:
+		return "FAIL"
+	}
+	return "Severity(invalid)"
+}
+
+// Finding is one result of a participant's start-up check (version, XA
+// settings, prepared-transaction slots, privileges): what was looked at,
+// what was found and, unless it is fine, how to fix it.
+type Finding struct {
+	Name     string
+	Value    string
+	Severity Severity
+	Fix      string
+}
+
+// CheckFindings returns an error wrapping ErrMisconfigured that lists every
+// failing finding with its fix, or nil when none fails.
+func CheckFindings(rm string, fs []Finding) error {
+	var b strings.Builder
+	for _, f := range fs {
+		if f.Severity != SeverityFail {
+			continue
+		}
+		fmt.Fprintf(&b, "\n  %s = %s: %s", f.Name, f.Value, f.Fix)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	return &Error{Op: "check", RM: rm, Kind: ErrMisconfigured, Err: fmt.Errorf("%s", b.String())}
+}
