@@ -156,7 +156,10 @@ func (r pgRaw) value(ctx context.Context, k int) (int, bool, error) {
 
 type myRaw struct{ c *sql.Conn }
 
-func (r myRaw) exec(ctx context.Context, q string) error { _, err := r.c.ExecContext(ctx, q); return err }
+func (r myRaw) exec(ctx context.Context, q string) error {
+	_, err := r.c.ExecContext(ctx, q)
+	return err
+}
 func (r myRaw) value(ctx context.Context, k int) (int, bool, error) {
 	var v int
 	err := r.c.QueryRowContext(ctx, "SELECT v FROM kv WHERE k = ?", k).Scan(&v)
