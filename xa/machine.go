@@ -1,0 +1,597 @@
+package xa
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// This file is the two-phase commit protocol as a pure state machine, in
+// the manner of etcd-io/raft: it takes events (a vote arrived, the decision
+// is durable, a commit failed) and returns the actions to perform next. It
+// does no I/O, reads no clock and starts no goroutine, so every
+// interleaving of votes, failures and timeouts can be replayed
+// deterministically (see testdata/machine/*.txt). The runner in tx.go
+// performs the actions and feeds their outcomes back.
+
+// phase is the coordinator's state for one global transaction.
+type phase int
+
+const (
+	phaseActive     phase = 1 + iota // the application is working on branches
+	phaseOnePhase                    // one branch is committing in one phase
+	phasePreparing                   // prepare sent to every branch that worked
+	phaseLogging                     // all voted yes; the decision is being made durable
+	phaseCommitting                  // decided commit: phase 2
+	phaseAborting                    // decided abort: rolling back
+	phaseDone
+)
+
+var phaseNames = [...]string{"", "active", "one-phase", "preparing", "logging", "committing", "aborting", "done"}
+
+func (p phase) String() string { return phaseNames[p] }
+
+// bstate is one branch's state as the coordinator knows it.
+type bstate int
+
+const (
+	bActive      bstate = 1 + iota // enlisted, not yet asked to prepare
+	bPreparing                     // prepare sent
+	bPrepared                      // voted prepared
+	bMaybe                         // prepare reply lost: may be prepared, session gone
+	bDone                          // finished: read-only, refused, committed or rolled back
+	bCommitting                    // commit sent
+	bRollingBack                   // rollback sent
+	bPending                       // given up to recovery
+)
+
+var bstateNames = [...]string{"", "active", "preparing", "prepared", "maybe-prepared", "done", "committing", "rolling-back", "pending"}
+
+func (s bstate) String() string { return bstateNames[s] }
+
+// branch is the machine's view of one branch.
+type branch struct {
+	rm       string
+	state    bstate
+	idle     bool // ran no statement (known at commit time)
+	viaRM    bool // its session is gone: phase 2 goes through the ResourceManager
+	attempts int  // phase-2 attempts so far
+	ackedRM  bool // acknowledged through the ResourceManager, not its own session
+}
+
+// event is an input to the machine.
+type event interface{ isEvent() }
+
+type (
+	// evCommit: the application asked to commit. idle[i] says branch i
+	// ran no statement; onePhase[i] that it can commit in one phase.
+	evCommit struct {
+		idle     []bool
+		onePhase []bool
+	}
+	// evRollback: the application asked to roll back, or its context
+	// ended.
+	evRollback struct{ reason error }
+	// evTimeout: the global transaction timeout expired.
+	evTimeout struct{}
+	// evVote: branch i answered prepare.
+	evVote struct {
+		i    int
+		vote Vote
+		err  error
+	}
+	// evLogged: the decision log answered.
+	evLogged struct{ err error }
+	// evPhase2: a commit or rollback (or one-phase commit) of branch i
+	// returned.
+	evPhase2 struct {
+		i   int
+		err error
+	}
+)
+
+func (evCommit) isEvent()   {}
+func (evRollback) isEvent() {}
+func (evTimeout) isEvent()  {}
+func (evVote) isEvent()     {}
+func (evLogged) isEvent()   {}
+func (evPhase2) isEvent()   {}
+
+// action is an output of the machine.
+type action interface{ isAction() }
+
+type (
+	actPrepare  struct{ i int }
+	actOnePhase struct{ i int }
+	// actLog: make the commit decision durable; it covers the listed
+	// prepared branches.
+	actLog struct{ branches []int }
+	// actCommit: commit branch i, after waiting for retry number
+	// attempt's backoff; viaRM: from another session.
+	actCommit struct {
+		i       int
+		viaRM   bool
+		attempt int
+	}
+	actRollback struct {
+		i       int
+		viaRM   bool
+		attempt int
+	}
+	// actRelease: give branch i up to recovery: release its session
+	// without ending it.
+	actRelease struct{ i int }
+	// actForget: every branch acknowledged on its own session; drop the
+	// decision record.
+	actForget struct{}
+	// actFinish: the transaction's outcome is known; tell the caller.
+	actFinish struct{ res outcome }
+)
+
+func (actPrepare) isAction()  {}
+func (actOnePhase) isAction() {}
+func (actLog) isAction()      {}
+func (actCommit) isAction()   {}
+func (actRollback) isAction() {}
+func (actRelease) isAction()  {}
+func (actForget) isAction()   {}
+func (actFinish) isAction()   {}
+
+// outcome is what the caller of Commit or Rollback learns.
+type outcome struct {
+	committed bool
+	onePhase  bool
+	logged    bool
+	pending   []int // branches left to recovery
+	err       error // nil when committed; *AbortError or ErrOutcomeUnknown otherwise
+}
+
+// machine is the protocol state of one global transaction.
+type machine struct {
+	id       GlobalID
+	maxTries int // phase-2 attempts per branch before it is left to recovery
+	phase    phase
+	branches []branch
+	logged   bool // the decision log returned success
+	sole     bool // committing the only prepared branch without a record
+	abort    *AbortError
+	result   *outcome // set once actFinish has been emitted
+}
+
+func newMachine(id GlobalID, maxTries int) *machine {
+	if maxTries < 1 {
+		maxTries = 1
+	}
+	return &machine{id: id, maxTries: maxTries, phase: phaseActive}
+}
+
+// enlist adds a branch; only while active.
+func (m *machine) enlist(rm string) (int, error) {
+	if m.phase != phaseActive {
+		return 0, fmt.Errorf("xa: transaction %s is %s: cannot enlist %s", m.id, m.phase, rm)
+	}
+	m.branches = append(m.branches, branch{rm: rm, state: bActive})
+	return len(m.branches) - 1, nil
+}
+
+// step applies ev and returns the actions to perform. Events that do not
+// apply to the current phase (a late timeout) are ignored.
+func (m *machine) step(ev event) []action {
+	switch ev := ev.(type) {
+	case evCommit:
+		return m.onCommit(ev)
+	case evRollback:
+		if m.phase == phaseActive || m.phase == phasePreparing {
+			reason := ev.reason
+			if reason == nil {
+				reason = errRolledBackByApp
+			}
+			return m.startAbort(&AbortError{ID: m.id, Reason: reason})
+		}
+	case evTimeout:
+		if m.phase == phaseActive || m.phase == phasePreparing {
+			return m.startAbort(&AbortError{ID: m.id, Reason: ErrTimeout})
+		}
+	case evVote:
+		return m.onVote(ev)
+	case evLogged:
+		return m.onLogged(ev)
+	case evPhase2:
+		return m.onPhase2(ev)
+	}
+	return nil
+}
+
+// errRolledBackByApp is the reason of an application's own rollback.
+var errRolledBackByApp = errors.New("rolled back by the application")
+
+func (m *machine) onCommit(ev evCommit) []action {
+	if m.phase != phaseActive {
+		return nil
+	}
+	var working []int
+	for i := range m.branches {
+		m.branches[i].idle = i < len(ev.idle) && ev.idle[i]
+		if !m.branches[i].idle {
+			working = append(working, i)
+		}
+	}
+	if len(working) == 1 && working[0] < len(ev.onePhase) && ev.onePhase[working[0]] {
+		i := working[0]
+		m.phase = phaseOnePhase
+		m.branches[i].state = bCommitting
+		acts := m.closeIdle()
+		return append(acts, actOnePhase{i: i})
+	}
+	m.phase = phasePreparing
+	var acts []action
+	// Idle branches are asked too: they vote read-only at no cost and
+	// release their sessions.
+	for i := range m.branches {
+		m.branches[i].state = bPreparing
+		acts = append(acts, actPrepare{i: i})
+	}
+	if len(acts) == 0 {
+		return m.finish(outcome{committed: true})
+	}
+	return acts
+}
+
+// closeIdle prepares idle branches during a one-phase commit so that they
+// release their sessions (they vote read-only without I/O).
+func (m *machine) closeIdle() []action {
+	var acts []action
+	for i := range m.branches {
+		if m.branches[i].idle {
+			m.branches[i].state = bPreparing
+			acts = append(acts, actPrepare{i: i})
+		}
+	}
+	return acts
+}
+
+func (m *machine) onVote(ev evVote) []action {
+	if ev.i < 0 || ev.i >= len(m.branches) || m.branches[ev.i].state != bPreparing {
+		return nil
+	}
+	b := &m.branches[ev.i]
+	switch {
+	case ev.err == nil && ev.vote == VotePrepared:
+		b.state = bPrepared
+	case ev.err == nil && ev.vote == VoteReadOnly:
+		b.state = bDone
+	case OutcomeUnknown(ev.err):
+		b.state, b.viaRM = bMaybe, true
+	default:
+		b.state = bDone
+		if m.abort == nil {
+			reason := ev.err
+			if reason == nil {
+				reason = fmt.Errorf("voted %v", ev.vote)
+			}
+			m.abort = &AbortError{ID: m.id, RM: b.rm, Reason: reason}
+		}
+	}
+	if b.state == bMaybe && m.abort == nil {
+		// The transaction aborts for sure; the reason must not match
+		// ErrOutcomeUnknown, which would tell the caller otherwise.
+		m.abort = &AbortError{ID: m.id, RM: b.rm, Reason: fmt.Errorf("prepare reply lost (the branch is rolled back): %s", ev.err)}
+	}
+
+	switch m.phase {
+	case phaseOnePhase:
+		// Only idle branches vote during a one-phase commit.
+		return m.maybeFinishOnePhase()
+	case phaseAborting:
+		// A late vote after the decision to abort: roll it back.
+		return append(m.rollbackIfNeeded(ev.i), m.maybeFinishAbort()...)
+	case phasePreparing:
+	default:
+		return nil
+	}
+	if m.abort != nil {
+		return m.startAbort(m.abort)
+	}
+	var prepared []int
+	for i, br := range m.branches {
+		switch br.state {
+		case bPreparing:
+			return nil // still waiting
+		case bPrepared:
+			prepared = append(prepared, i)
+		}
+	}
+	switch len(prepared) {
+	case 0:
+		return m.finish(outcome{committed: true})
+	case 1:
+		// Every other branch is read-only: the sole prepared branch
+		// decides alone, as in a one-phase commit. Nothing is logged: if
+		// we crash before it commits, presumed abort rolls it back,
+		// which is right since nobody was told it committed.
+		m.phase, m.sole = phaseCommitting, true
+		return m.commitAll()
+	}
+	m.phase = phaseLogging
+	return []action{actLog{branches: prepared}}
+}
+
+func (m *machine) onLogged(ev evLogged) []action {
+	if m.phase != phaseLogging {
+		return nil
+	}
+	if ev.err != nil {
+		// The decision may or may not be durable: nobody may commit or
+		// roll back now. Recovery reads the log and finishes the job.
+		var acts []action
+		var pending []int
+		for i := range m.branches {
+			if m.branches[i].state == bPrepared {
+				m.branches[i].state = bPending
+				pending = append(pending, i)
+				acts = append(acts, actRelease{i: i})
+			}
+		}
+		err := &Error{Op: "log commit decision", XID: XID{FormatID: FormatID, Gtrid: m.id.Gtrid()}, Kind: ErrOutcomeUnknown, Err: ev.err}
+		return append(acts, m.finish(outcome{pending: pending, err: err})...)
+	}
+	m.logged = true
+	m.phase = phaseCommitting
+	return m.commitAll()
+}
+
+func (m *machine) commitAll() []action {
+	var acts []action
+	for i := range m.branches {
+		if m.branches[i].state == bPrepared {
+			m.branches[i].state = bCommitting
+			m.branches[i].attempts = 1
+			acts = append(acts, actCommit{i: i, attempt: 1})
+		}
+	}
+	return acts
+}
+
+func (m *machine) startAbort(reason *AbortError) []action {
+	if m.abort == nil {
+		m.abort = reason
+	}
+	m.phase = phaseAborting
+	var acts []action
+	for i := range m.branches {
+		switch m.branches[i].state {
+		case bActive:
+			// Not yet asked to prepare: roll back on its session.
+			m.branches[i].state = bRollingBack
+			m.branches[i].attempts = 1
+			acts = append(acts, actRollback{i: i, attempt: 1})
+		default:
+			acts = append(acts, m.rollbackIfNeeded(i)...)
+		}
+	}
+	return append(acts, m.maybeFinishAbort()...)
+}
+
+// rollbackIfNeeded rolls back branch i if it is or may be prepared.
+func (m *machine) rollbackIfNeeded(i int) []action {
+	b := &m.branches[i]
+	if b.state != bPrepared && b.state != bMaybe {
+		return nil
+	}
+	b.state = bRollingBack
+	b.attempts = 1
+	return []action{actRollback{i: i, viaRM: b.viaRM, attempt: 1}}
+}
+
+func (m *machine) onPhase2(ev evPhase2) []action {
+	if ev.i < 0 || ev.i >= len(m.branches) {
+		return nil
+	}
+	b := &m.branches[ev.i]
+	switch {
+	case m.phase == phaseOnePhase && b.state == bCommitting:
+		b.state = bDone
+		switch {
+		case ev.err == nil:
+			m.result = &outcome{committed: true, onePhase: true}
+		case OutcomeUnknown(ev.err):
+			m.result = &outcome{onePhase: true, err: ev.err}
+		default:
+			m.result = &outcome{onePhase: true, err: &AbortError{ID: m.id, RM: b.rm, Reason: ev.err}}
+		}
+		return m.maybeFinishOnePhase()
+	case m.phase == phaseCommitting && b.state == bCommitting:
+		return m.onCommitted(ev.i, ev.err)
+	case m.phase == phaseAborting && b.state == bRollingBack:
+		return m.onRolledBack(ev.i, ev.err)
+	}
+	return nil
+}
+
+func (m *machine) onCommitted(i int, err error) []action {
+	b := &m.branches[i]
+	switch {
+	case err == nil:
+		b.state = bDone
+		b.ackedRM = b.viaRM
+	case b.viaRM && errors.Is(err, ErrUnknownXID):
+		// We prepared it and told it to commit; nobody else ends a
+		// young branch of ours: a branch the database no longer lists
+		// was committed by an attempt whose reply was lost.
+		b.state = bDone
+		b.ackedRM = true
+	case b.attempts >= m.maxTries:
+		b.state = bPending
+		acts := []action{}
+		if !b.viaRM {
+			acts = append(acts, actRelease{i: i})
+		}
+		return append(acts, m.maybeFinishCommit()...)
+	default:
+		if !Retryable(err) {
+			// The session is gone or unusable: continue elsewhere.
+			b.viaRM = true
+		}
+		b.attempts++
+		return []action{actCommit{i: i, viaRM: b.viaRM, attempt: b.attempts}}
+	}
+	return m.maybeFinishCommit()
+}
+
+func (m *machine) onRolledBack(i int, err error) []action {
+	b := &m.branches[i]
+	switch {
+	case err == nil:
+		b.state = bDone
+	case b.attempts >= m.maxTries:
+		// Presumed abort: recovery rolls it back later.
+		b.state = bPending
+		if !b.viaRM {
+			return append([]action{actRelease{i: i}}, m.maybeFinishAbort()...)
+		}
+	default:
+		if !Retryable(err) {
+			b.viaRM = true
+		}
+		b.attempts++
+		return []action{actRollback{i: i, viaRM: b.viaRM, attempt: b.attempts}}
+	}
+	return m.maybeFinishAbort()
+}
+
+func (m *machine) maybeFinishCommit() []action {
+	var pending []int
+	viaRM := false
+	for i, b := range m.branches {
+		switch b.state {
+		case bCommitting:
+			return nil
+		case bPending:
+			pending = append(pending, i)
+		}
+		viaRM = viaRM || b.ackedRM
+	}
+	if m.sole && len(pending) > 0 {
+		// No record was written: recovery would presume abort. The
+		// caller must not be told "committed".
+		err := &Error{Op: "commit", RM: m.branches[pending[0]].rm, XID: m.id.Branch(pending[0]), Kind: ErrOutcomeUnknown,
+			Err: errors.New("the only prepared branch could not be committed")}
+		return m.finish(outcome{pending: pending, err: err})
+	}
+	var acts []action
+	// A record may be dropped only once every branch acknowledged on
+	// the session that prepared it; otherwise recovery checks the
+	// databases and forgets it (fact 7).
+	if m.logged && len(pending) == 0 && !viaRM {
+		acts = append(acts, actForget{})
+	}
+	return append(acts, m.finish(outcome{committed: true, logged: m.logged, pending: pending})...)
+}
+
+func (m *machine) maybeFinishAbort() []action {
+	var pending []int
+	for i, b := range m.branches {
+		switch b.state {
+		case bActive, bPreparing, bPrepared, bMaybe, bRollingBack:
+			return nil
+		case bPending:
+			pending = append(pending, i)
+		}
+	}
+	return m.finish(outcome{pending: pending, err: m.abort})
+}
+
+func (m *machine) maybeFinishOnePhase() []action {
+	for _, b := range m.branches {
+		if b.state == bPreparing || b.state == bCommitting {
+			return nil
+		}
+	}
+	if m.result == nil {
+		return nil
+	}
+	res := *m.result
+	m.result = nil
+	return m.finish(res)
+}
+
+func (m *machine) finish(res outcome) []action {
+	if m.phase == phaseDone {
+		return nil
+	}
+	m.phase = phaseDone
+	m.result = &res
+	return []action{actFinish{res: res}}
+}
+
+// String renders actions for traces and golden files.
+func formatActions(m *machine, acts []action) string {
+	var b strings.Builder
+	for _, a := range acts {
+		switch a := a.(type) {
+		case actPrepare:
+			fmt.Fprintf(&b, "prepare %s\n", m.branches[a.i].rm)
+		case actOnePhase:
+			fmt.Fprintf(&b, "commit-one-phase %s\n", m.branches[a.i].rm)
+		case actLog:
+			names := make([]string, len(a.branches))
+			for j, i := range a.branches {
+				names[j] = m.branches[i].rm
+			}
+			fmt.Fprintf(&b, "log-commit %s\n", strings.Join(names, ","))
+		case actCommit:
+			fmt.Fprintf(&b, "commit %s attempt=%d%s\n", m.branches[a.i].rm, a.attempt, via(a.viaRM))
+		case actRollback:
+			fmt.Fprintf(&b, "rollback %s attempt=%d%s\n", m.branches[a.i].rm, a.attempt, via(a.viaRM))
+		case actRelease:
+			fmt.Fprintf(&b, "release %s\n", m.branches[a.i].rm)
+		case actForget:
+			b.WriteString("forget\n")
+		case actFinish:
+			fmt.Fprintf(&b, "finish %s\n", formatOutcome(m, a.res))
+		}
+	}
+	return b.String()
+}
+
+func via(rm bool) string {
+	if rm {
+		return " via=rm"
+	}
+	return ""
+}
+
+func formatOutcome(m *machine, o outcome) string {
+	var b strings.Builder
+	var ae *AbortError
+	switch {
+	case o.committed:
+		b.WriteString("committed")
+	case errors.As(o.err, &ae):
+		b.WriteString("aborted")
+	case OutcomeUnknown(o.err):
+		b.WriteString("outcome-unknown")
+	default:
+		b.WriteString("error")
+	}
+	if o.onePhase {
+		b.WriteString(" one-phase")
+	}
+	if o.logged {
+		b.WriteString(" logged")
+	}
+	if len(o.pending) > 0 {
+		names := make([]string, len(o.pending))
+		for j, i := range o.pending {
+			names[j] = m.branches[i].rm
+		}
+		fmt.Fprintf(&b, " pending=%s", strings.Join(names, ","))
+	}
+	if ae != nil {
+		if ae.RM != "" {
+			fmt.Fprintf(&b, " by=%s", ae.RM)
+		}
+		fmt.Fprintf(&b, " reason=%q", ae.Reason.Error())
+	}
+	return b.String()
+}

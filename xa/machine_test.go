@@ -1,0 +1,130 @@
+package xa
+
+import (
+	"errors"
+	"fmt"
+
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+)
+
+// TestMachine replays the protocol scripts in testdata/machine. Each
+// command feeds the machine one event and prints the actions it asks for.
+// Regenerate expected output with: go test ./xa -run TestMachine -rewrite
+//
+//	new branches=a,b [tries=N]     a transaction with these branches
+//	commit [idle=a] [onephase=a]   the application commits
+//	rollback | timeout             the application rolls back | the timeout fires
+//	vote <rm> prepared|readonly|abort|unknown
+//	logged [error]                 the decision log answered
+//	phase2 <rm> ok|retryable|unknown|unknownxid|error
+//	state                          the phase and each branch's state
+func TestMachine(t *testing.T) {
+	datadriven.Walk(t, "testdata/machine", func(t *testing.T, path string) {
+		var m *machine
+		index := func(d *datadriven.TestData, name string) int {
+			for i, b := range m.branches {
+				if b.rm == name {
+					return i
+				}
+			}
+			d.Fatalf(t, "no branch %q", name)
+			return -1
+		}
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			if d.Cmd != "new" && m == nil {
+				d.Fatalf(t, "new first")
+			}
+			var acts []action
+			switch d.Cmd {
+			case "new":
+				var names string
+				d.ScanArgs(t, "branches", &names)
+				tries := 3
+				if d.HasArg("tries") {
+					d.ScanArgs(t, "tries", &tries)
+				}
+				m = newMachine(GlobalID{Node: "n1", Begun: time.UnixMilli(0)}, tries)
+				for _, n := range strings.FieldsFunc(names, func(r rune) bool { return r == ',' }) {
+					if _, err := m.enlist(n); err != nil {
+						d.Fatalf(t, "%v", err)
+					}
+				}
+				return ""
+			case "commit":
+				ev := evCommit{idle: make([]bool, len(m.branches)), onePhase: make([]bool, len(m.branches))}
+				for _, arg := range d.CmdArgs {
+					for _, v := range arg.Vals {
+						i := index(d, v)
+						switch arg.Key {
+						case "idle":
+							ev.idle[i] = true
+						case "onephase":
+							ev.onePhase[i] = true
+						}
+					}
+				}
+				acts = m.step(ev)
+			case "rollback":
+				acts = m.step(evRollback{})
+			case "timeout":
+				acts = m.step(evTimeout{})
+			case "vote":
+				i := index(d, d.CmdArgs[0].Key)
+				ev := evVote{i: i}
+				switch d.CmdArgs[1].Key {
+				case "prepared":
+					ev.vote = VotePrepared
+				case "readonly":
+					ev.vote = VoteReadOnly
+				case "abort":
+					ev.vote, ev.err = VoteAbort, &Error{Op: "prepare", Kind: ErrRolledBack, Err: errors.New("deadlock")}
+				case "unknown":
+					ev.vote, ev.err = VoteAbort, &Error{Op: "prepare", Kind: ErrOutcomeUnknown, Err: errors.New("connection lost")}
+				default:
+					d.Fatalf(t, "vote %q", d.CmdArgs[1].Key)
+				}
+				acts = m.step(ev)
+			case "logged":
+				var err error
+				if len(d.CmdArgs) > 0 {
+					err = errors.New(d.CmdArgs[0].Key)
+				}
+				acts = m.step(evLogged{err: err})
+			case "phase2":
+				i := index(d, d.CmdArgs[0].Key)
+				acts = m.step(evPhase2{i: i, err: phase2Err(t, d)})
+			case "state":
+				var b strings.Builder
+				fmt.Fprintf(&b, "phase=%s", m.phase)
+				for _, br := range m.branches {
+					fmt.Fprintf(&b, " %s=%s", br.rm, br.state)
+				}
+				return b.String()
+			default:
+				d.Fatalf(t, "unknown command %q", d.Cmd)
+			}
+			return formatActions(m, acts)
+		})
+	})
+}
+
+func phase2Err(t *testing.T, d *datadriven.TestData) error {
+	switch d.CmdArgs[1].Key {
+	case "ok":
+		return nil
+	case "retryable":
+		return &Error{Op: "commit", Kind: ErrRetryable, Err: errors.New("lock wait timeout")}
+	case "unknown":
+		return &Error{Op: "commit", Kind: ErrOutcomeUnknown, Err: errors.New("connection lost")}
+	case "unknownxid":
+		return &Error{Op: "commit", Kind: ErrUnknownXID, Err: errors.New("XAER_NOTA")}
+	case "error":
+		return errors.New("some error")
+	}
+	d.Fatalf(t, "phase2 result %q", d.CmdArgs[1].Key)
+	return nil
+}

@@ -1,0 +1,176 @@
+package xa
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+)
+
+// Config configures a Manager.
+type Config struct {
+	// Node identifies this transaction manager; it is written into every
+	// XID so that recovery can tell its branches from everybody else's.
+	// Two processes that run at the same time must have different nodes.
+	Node string
+
+	// Log stores commit decisions. Required.
+	Log DecisionLog
+
+	// Timeout bounds a global transaction from Begin to the commit
+	// decision: work, prepare and the decision. When it expires, running
+	// statements are cancelled on the servers and the transaction rolls
+	// back. Default 30s.
+	Timeout time.Duration
+
+	// Phase2Attempts is how many times a branch is told to commit (or
+	// roll back) before it is left to recovery. Default 8.
+	Phase2Attempts int
+
+	// Phase2Timeout bounds each phase-2 attempt and the decision-log
+	// write. Default 10s.
+	Phase2Timeout time.Duration
+
+	// RetryBackoff is the wait before the second phase-2 attempt; it
+	// doubles with each attempt up to 2s. Default 20ms.
+	RetryBackoff time.Duration
+
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+
+	// Observer, if set, is told about every finished transaction (see
+	// the metrics package).
+	Observer Observer
+}
+
+// Observer receives statistics of finished transactions. Implementations
+// must be safe for concurrent use and must not block.
+type Observer interface {
+	ObserveTx(TxStats)
+}
+
+// TxStats describes one finished transaction.
+type TxStats struct {
+	Outcome  string // "committed", "aborted" or "unknown"
+	OnePhase bool
+	Logged   bool
+	Branches int
+	Pending  int // branches left to recovery
+	// Durations of the protocol's phases; zero when a phase did not run.
+	Prepare, Log, Commit, Total time.Duration
+}
+
+// Manager begins and coordinates global transactions. It is safe for
+// concurrent use by many goroutines.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// NewManager checks cfg and returns a Manager.
+func NewManager(cfg Config) (*Manager, error) {
+	if err := ValidateNode(cfg.Node); err != nil {
+		return nil, err
+	}
+	if cfg.Log == nil {
+		return nil, errors.New("xa: Config.Log is required: commit decisions must be durable")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.Phase2Attempts <= 0 {
+		cfg.Phase2Attempts = 8
+	}
+	if cfg.Phase2Timeout <= 0 {
+		cfg.Phase2Timeout = 10 * time.Second
+	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = 20 * time.Millisecond
+	}
+	l := cfg.Logger
+	if l == nil {
+		l = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Manager{cfg: cfg, log: l.With("node", cfg.Node)}, nil
+}
+
+// Node returns the manager's node id.
+func (m *Manager) Node() string { return m.cfg.Node }
+
+// Timeout returns the global transaction timeout.
+func (m *Manager) Timeout() time.Duration { return m.cfg.Timeout }
+
+// GracePeriod is how old a prepared branch of this manager must be before
+// recovery may presume it aborted: no commit decision can be taken for a
+// transaction older than Timeout, and the margin covers a decision-log
+// write still in flight and clock skew between nodes.
+func (m *Manager) GracePeriod() time.Duration { return GracePeriod(m.cfg.Timeout) }
+
+// GracePeriod returns the presumed-abort grace period for a global
+// transaction timeout: the timeout plus a margin of a minute (or the
+// timeout again, if longer).
+func GracePeriod(timeout time.Duration) time.Duration {
+	margin := time.Minute
+	if timeout > margin {
+		margin = timeout
+	}
+	return timeout + margin
+}
+
+// Begin starts a global transaction. As with database/sql's BeginTx, ctx
+// bounds it: if ctx ends before Commit, the transaction rolls back. The
+// transaction also rolls back when Config.Timeout expires.
+func (m *Manager) Begin(ctx context.Context) (*Tx, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	id, err := NewGlobalID(m.cfg.Node, now)
+	if err != nil {
+		return nil, err
+	}
+	return newTx(ctx, m, id, now), nil
+}
+
+// Run runs fn in a new global transaction and commits it. If fn returns an
+// error or panics, the transaction is rolled back (and the panic goes on).
+// fn must do all its work through tx, with the ctx it is given.
+//
+// The error is nil exactly when the transaction committed; Result.Pending
+// then lists branches that recovery will finish. An error matching
+// ErrAborted means nothing committed; ErrOutcomeUnknown means recovery
+// will decide from the decision log. Do not blindly retry on the latter.
+func (m *Manager) Run(ctx context.Context, fn func(ctx context.Context, tx *Tx) error) (res Result, err error) {
+	tx, err := m.Begin(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // the panic is what matters
+			panic(p)
+		}
+	}()
+	if err := fn(tx.Context(), tx); err != nil {
+		if rerr := tx.Rollback(context.WithoutCancel(ctx)); rerr != nil && !errors.Is(rerr, ErrTxDone) {
+			err = errors.Join(err, fmt.Errorf("rollback: %w", rerr))
+		}
+		res, _ := tx.result()
+		return res, err
+	}
+	return tx.Commit(ctx)
+}
+
+// backoff returns the wait before phase-2 attempt n (n >= 1).
+func (m *Manager) backoff(n int) time.Duration {
+	if n <= 1 {
+		return 0
+	}
+	d := m.cfg.RetryBackoff << (n - 2)
+	if d > 2*time.Second || d <= 0 {
+		d = 2 * time.Second
+	}
+	return d
+}

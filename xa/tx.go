@@ -1,0 +1,424 @@
+package xa
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// ErrTxDone is returned by operations on a transaction that has committed.
+var ErrTxDone = errors.New("xa: transaction already finished")
+
+// Result describes a finished global transaction.
+type Result struct {
+	ID        GlobalID
+	Committed bool
+	// OnePhase: the only branch that did work committed in one phase.
+	OnePhase bool
+	// Logged: a commit decision was written to the decision log.
+	Logged bool
+	// Pending names the participants whose branch is left to recovery:
+	// for a committed transaction they are decided and will commit.
+	Pending []string
+}
+
+// Tx is one global transaction. Its methods are safe for concurrent use.
+type Tx struct {
+	mgr     *Manager
+	id      GlobalID
+	begun   time.Time
+	ctx     context.Context // bounds the work: ends at the timeout, on rollback or when finished
+	cancel  context.CancelCauseFunc
+	stopExp func() bool // stops the expiry callback
+
+	mu       sync.Mutex
+	m        *machine
+	branches []Branch
+	rms      []ResourceManager
+	byName   map[string]int
+	origins  []Origin
+	durable  *decision // set once the commit decision may be acted on
+	res      Result
+	err      error
+	finished bool
+	stats    TxStats
+}
+
+// decision is the proof that branches may be told to commit. Only
+// logCommit (after the decision log returned nil) and soleDecision (when
+// the only prepared branch needs no record) make one, and commitBranch
+// demands one: no branch is committed before its decision is durable.
+type decision struct {
+	id     GlobalID
+	logged bool
+}
+
+func newTx(parent context.Context, m *Manager, id GlobalID, now time.Time) *Tx {
+	ctx, cancel := context.WithCancelCause(parent)
+	tctx, tcancel := context.WithDeadlineCause(ctx, now.Add(m.cfg.Timeout), ErrTimeout)
+	tx := &Tx{
+		mgr: m, id: id, begun: now,
+		ctx:    tctx,
+		m:      newMachine(id, m.cfg.Phase2Attempts),
+		byName: map[string]int{},
+	}
+	tx.cancel = func(cause error) { cancel(cause); tcancel() }
+	tx.stopExp = context.AfterFunc(tctx, tx.expire)
+	return tx
+}
+
+// ID returns the transaction's global id.
+func (tx *Tx) ID() GlobalID { return tx.id }
+
+// Context returns the transaction's context: it ends when the transaction
+// times out, rolls back or finishes. Statements on branch sessions are
+// bounded by it.
+func (tx *Tx) Context() context.Context { return tx.ctx }
+
+// Enlist adds a branch on rm to the transaction and returns the branch's
+// session: the driver's native API (drivers offer typed helpers, such as
+// mysql.RM.Enlist). Enlisting the same participant again returns the same
+// session. ctx bounds only the wait for a session; the transaction's own
+// context bounds the work on it.
+func (tx *Tx) Enlist(ctx context.Context, rm ResourceManager) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if tx.finished {
+		if tx.err != nil {
+			return nil, tx.err
+		}
+		return nil, ErrTxDone
+	}
+	if i, ok := tx.byName[rm.Name()]; ok {
+		if tx.rms[i] != rm {
+			return nil, fmt.Errorf("xa: two participants are named %q", rm.Name())
+		}
+		return tx.branches[i].Session(), nil
+	}
+	if err := tx.ctx.Err(); err != nil {
+		return nil, &AbortError{ID: tx.id, Reason: context.Cause(tx.ctx)}
+	}
+	i := len(tx.branches)
+	b, err := rm.Start(tx.ctx, tx.id.Branch(i))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.m.enlist(rm.Name()); err != nil {
+		b.Close() //nolint:errcheck // never started
+		return nil, err
+	}
+	tx.branches = append(tx.branches, b)
+	tx.rms = append(tx.rms, rm)
+	tx.origins = append(tx.origins, Origin{})
+	tx.byName[rm.Name()] = i
+	return b.Session(), nil
+}
+
+// Commit commits the transaction atomically across its branches.
+//
+// The error is nil exactly when the transaction committed. Result.Pending
+// then names branches that could not be told yet: the decision is durable
+// and recovery commits them. An error matching ErrAborted (an *AbortError
+// naming the branch that refused and why) means that nothing committed.
+// An error matching ErrOutcomeUnknown means the decision's fate could not
+// be learned (a lost reply or a failed decision-log write): recovery will
+// resolve it from the decision log; do not retry the work blindly.
+//
+// Cancelling ctx before the decision aborts the transaction; once the
+// commit decision is taken, phase 2 ignores ctx (it runs with its own
+// deadline per attempt).
+func (tx *Tx) Commit(ctx context.Context) (Result, error) {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if tx.finished {
+		if tx.err != nil {
+			return tx.res, tx.err
+		}
+		return tx.res, ErrTxDone
+	}
+	ev := evCommit{idle: make([]bool, len(tx.branches)), onePhase: make([]bool, len(tx.branches))}
+	for i, b := range tx.branches {
+		if id, ok := b.(Idler); ok {
+			ev.idle[i] = id.Idle()
+		}
+		_, ev.onePhase[i] = b.(OnePhaseCommitter)
+	}
+	tx.run(ctx, ev)
+	return tx.res, tx.err
+}
+
+// Rollback rolls the transaction back. It returns nil if the transaction
+// is rolled back (now or before, by a timeout), ErrTxDone if it committed.
+// Branches that cannot be reached are left to recovery, which presumes
+// abort.
+func (tx *Tx) Rollback(ctx context.Context) error {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if tx.finished {
+		if tx.res.Committed {
+			return ErrTxDone
+		}
+		return nil
+	}
+	tx.run(ctx, evRollback{})
+	return nil
+}
+
+func (tx *Tx) result() (Result, error) {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	return tx.res, tx.err
+}
+
+// expire runs when the transaction's context ends (timeout, or the Begin
+// context ended). If nobody is committing, it rolls the transaction back
+// now so that its locks are released at once; a Commit in progress sees
+// the same context end and handles it itself.
+func (tx *Tx) expire() {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if tx.finished {
+		return
+	}
+	tx.run(context.Background(), tx.expiryEvent())
+}
+
+func (tx *Tx) expiryEvent() event {
+	if errors.Is(context.Cause(tx.ctx), ErrTimeout) {
+		return evTimeout{}
+	}
+	return evRollback{reason: context.Cause(tx.ctx)}
+}
+
+// run drives the machine from ev until the transaction finishes,
+// performing actions concurrently. It is called with tx.mu held.
+func (tx *Tx) run(ctx context.Context, ev event) {
+	t := &tracker{start: time.Now()}
+	events := make(chan event, 2*len(tx.branches)+2)
+	inflight := 0
+	expired := tx.ctx.Done()
+	cancelled := ctx.Done()
+	var fin *outcome
+	acts := tx.m.step(ev)
+	for {
+		for _, a := range acts {
+			switch a := a.(type) {
+			case actFinish:
+				fin = &a.res
+			case actRelease:
+				if err := tx.branches[a.i].Close(); err != nil {
+					tx.mgr.log.Warn("releasing branch session", "tx", tx.id, "rm", tx.rms[a.i].Name(), "err", err)
+				}
+			case actForget:
+				if err := tx.mgr.cfg.Log.Forget(context.WithoutCancel(ctx), tx.id); err != nil {
+					tx.mgr.log.Warn("forgetting decision record; recovery will", "tx", tx.id, "err", err)
+				}
+			case actCommit:
+				inflight++
+				t.started(a)
+				go tx.performCommit(ctx, a, tx.decided(), events)
+			default:
+				inflight++
+				t.started(a)
+				go tx.perform(ctx, a, events)
+			}
+		}
+		if fin != nil && inflight == 0 {
+			tx.finish(*fin, t)
+			return
+		}
+		select {
+		case ev := <-events:
+			inflight--
+			t.done(ev)
+			acts = tx.m.step(ev)
+		case <-expired:
+			expired = nil
+			acts = tx.m.step(tx.expiryEvent())
+		case <-cancelled:
+			cancelled = nil
+			// Before the decision, the caller giving up aborts; after
+			// it, phase 2 goes on regardless.
+			acts = tx.m.step(evRollback{reason: ctx.Err()})
+		}
+	}
+}
+
+// perform does one action's I/O and reports its outcome on events.
+func (tx *Tx) perform(ctx context.Context, a action, events chan<- event) {
+	cfg := &tx.mgr.cfg
+	switch a := a.(type) {
+	case actPrepare:
+		// Prepare is bounded by the transaction's timeout and by the
+		// caller: a prepare that hangs aborts the transaction.
+		pctx, cancel := mergeCtx(tx.ctx, ctx)
+		v, err := tx.branches[a.i].Prepare(pctx)
+		cancel()
+		if err == nil && v == VotePrepared {
+			if o, ok := tx.branches[a.i].(OriginReporter); ok {
+				tx.origins[a.i] = o.Origin()
+			}
+		}
+		events <- evVote{i: a.i, vote: v, err: err}
+	case actOnePhase:
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Phase2Timeout)
+		err := tx.branches[a.i].(OnePhaseCommitter).CommitOnePhase(pctx)
+		cancel()
+		events <- evPhase2{i: a.i, err: err}
+	case actLog:
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Phase2Timeout)
+		err := tx.logCommit(lctx, a.branches)
+		cancel()
+		events <- evLogged{err: err}
+	case actRollback:
+		time.Sleep(tx.mgr.backoff(a.attempt))
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Phase2Timeout)
+		var err error
+		if a.viaRM {
+			err = tx.rms[a.i].Rollback(pctx, tx.id.Branch(a.i), tx.origins[a.i])
+		} else {
+			err = tx.branches[a.i].Rollback(pctx)
+		}
+		cancel()
+		events <- evPhase2{i: a.i, err: err}
+	default:
+		panic(fmt.Sprintf("xa: unexpected action %T", a))
+	}
+}
+
+// performCommit tells a branch to commit; d proves that the decision is
+// durable (or needs no record).
+func (tx *Tx) performCommit(ctx context.Context, a actCommit, d decision, events chan<- event) {
+	time.Sleep(tx.mgr.backoff(a.attempt))
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tx.mgr.cfg.Phase2Timeout)
+	err := tx.commitBranch(pctx, d, a.i, a.viaRM)
+	cancel()
+	events <- evPhase2{i: a.i, err: err}
+}
+
+// logCommit makes the commit decision durable and, only then, records the
+// proof that lets branches commit.
+func (tx *Tx) logCommit(ctx context.Context, prepared []int) error {
+	rec := CommitRecord{ID: tx.id, Logged: time.Now()}
+	for _, i := range prepared {
+		rec.Branches = append(rec.Branches, BranchRecord{RM: tx.rms[i].Name(), XID: tx.id.Branch(i), Origin: tx.origins[i]})
+	}
+	if err := tx.mgr.cfg.Log.LogCommit(ctx, rec); err != nil {
+		return err
+	}
+	tx.durable = &decision{id: tx.id, logged: true}
+	return nil
+}
+
+// decided returns the proof that branches may commit. It panics if there
+// is none: that would be a protocol bug, and committing would risk a
+// partial commit.
+func (tx *Tx) decided() decision {
+	if tx.durable != nil {
+		return *tx.durable
+	}
+	if tx.m.sole {
+		return decision{id: tx.id}
+	}
+	panic("xa: commit without a durable decision")
+}
+
+// commitBranch tells branch i to commit; d proves the decision.
+func (tx *Tx) commitBranch(ctx context.Context, d decision, i int, viaRM bool) error {
+	if d.id != tx.id {
+		panic("xa: decision of another transaction")
+	}
+	if viaRM {
+		return tx.rms[i].Commit(ctx, tx.id.Branch(i), tx.origins[i])
+	}
+	return tx.branches[i].Commit(ctx)
+}
+
+func (tx *Tx) finish(o outcome, t *tracker) {
+	tx.finished = true
+	tx.stopExp()
+	tx.cancel(ErrTxDone)
+	tx.res = Result{ID: tx.id, Committed: o.committed, OnePhase: o.onePhase, Logged: o.logged}
+	for _, i := range o.pending {
+		tx.res.Pending = append(tx.res.Pending, tx.rms[i].Name())
+	}
+	tx.err = o.err
+	st := TxStats{
+		OnePhase: o.onePhase, Logged: o.logged, Branches: len(tx.branches), Pending: len(o.pending),
+		Prepare: t.prepare, Log: t.log, Commit: t.commit, Total: time.Since(tx.begun),
+	}
+	lvl := slog.LevelDebug
+	switch {
+	case o.committed:
+		st.Outcome = "committed"
+	case OutcomeUnknown(o.err):
+		st.Outcome = "unknown"
+		lvl = slog.LevelWarn
+	default:
+		st.Outcome = "aborted"
+	}
+	if len(o.pending) > 0 {
+		lvl = slog.LevelWarn
+	}
+	tx.mgr.log.Log(context.Background(), lvl, "transaction finished", "tx", tx.id, "outcome", st.Outcome,
+		"one_phase", o.onePhase, "logged", o.logged, "branches", len(tx.branches), "pending", tx.res.Pending, "err", o.err)
+	if obs := tx.mgr.cfg.Observer; obs != nil {
+		obs.ObserveTx(st)
+	}
+}
+
+// tracker measures the protocol's phases.
+type tracker struct {
+	start                     time.Time
+	prepStart, logStart, c2St time.Time
+	prepare, log, commit      time.Duration
+	prepOpen, logOpen, c2Open int
+}
+
+func (t *tracker) started(a action) {
+	now := time.Now()
+	switch a.(type) {
+	case actPrepare:
+		if t.prepOpen == 0 && t.prepStart.IsZero() {
+			t.prepStart = now
+		}
+		t.prepOpen++
+	case actLog:
+		t.logStart = now
+		t.logOpen++
+	case actCommit, actOnePhase:
+		if t.c2St.IsZero() {
+			t.c2St = now
+		}
+		t.c2Open++
+	}
+}
+
+func (t *tracker) done(ev event) {
+	now := time.Now()
+	switch ev.(type) {
+	case evVote:
+		t.prepOpen--
+		t.prepare = now.Sub(t.prepStart)
+	case evLogged:
+		t.logOpen--
+		t.log = now.Sub(t.logStart)
+	case evPhase2:
+		if !t.c2St.IsZero() {
+			t.commit = now.Sub(t.c2St)
+		}
+	}
+}
+
+// mergeCtx returns a context that ends when either a or b ends.
+func mergeCtx(a, b context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(a)
+	stop := context.AfterFunc(b, func() { cancel(context.Cause(b)) })
+	return ctx, func() { stop(); cancel(context.Canceled) }
+}
