@@ -1,0 +1,423 @@
+// Package memrm is an in-memory resource manager for deterministic fault
+// simulation of the protocol: a database with XA semantics (active and
+// prepared branches, committed rows) and a hook that decides the fate of
+// every operation (fail, refuse, lose the reply, hang, or act as if the
+// transaction manager's process were dead).
+//
+// It supplements tests against real databases; it never replaces them.
+package memrm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/xadb/xa/xa"
+)
+
+// Op names an operation the injector is asked about.
+type Op int
+
+const (
+	OpStart Op = 1 + iota
+	OpPut
+	OpPrepare
+	OpCommit     // phase 2 on the branch's session
+	OpCommitRM   // phase 2 from another session
+	OpRollback   // on the branch's session
+	OpRollbackRM // from another session
+	OpOnePhase
+	OpRecover
+)
+
+var opNames = [...]string{"", "start", "put", "prepare", "commit", "commit-rm", "rollback", "rollback-rm", "one-phase", "recover"}
+
+func (o Op) String() string { return opNames[o] }
+
+// Fault is what happens to an operation.
+type Fault int
+
+const (
+	// OK: the operation works.
+	OK Fault = iota
+	// Fail: a transient error (ErrRetryable); nothing happens.
+	Fail
+	// Refuse: prepare votes abort (the branch is rolled back); other
+	// operations fail with a plain error and no effect.
+	Refuse
+	// LoseReply: the operation takes effect but the caller gets
+	// ErrOutcomeUnknown and the session is lost.
+	LoseReply
+	// Hang: the operation blocks until its context ends, then fails with
+	// ErrOutcomeUnknown without effect.
+	Hang
+	// Dead: the caller's process is gone: no effect, an error.
+	Dead
+)
+
+// Injector decides the fate of operation op on branch x. It may be called
+// from many goroutines.
+type Injector func(op Op, x xa.XID) Fault
+
+// DB is an in-memory database shared by any number of RMs (sessions of
+// different processes).
+type DB struct {
+	mu       sync.Mutex
+	rows     map[int]int
+	branches map[string]*brec // by XID text
+}
+
+type brec struct {
+	xid      xa.XID
+	prepared bool
+	writes   map[int]int
+	owner    *RM // the RM whose session holds it while active
+}
+
+// NewDB returns an empty database.
+func NewDB() *DB { return &DB{rows: map[int]int{}, branches: map[string]*brec{}} }
+
+// Get returns row k as committed.
+func (db *DB) Get(k int) (int, bool) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	v, ok := db.rows[k]
+	return v, ok
+}
+
+// Prepared lists the prepared branches.
+func (db *DB) Prepared() []xa.XID {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	var out []xa.XID
+	for _, b := range db.branches {
+		if b.prepared {
+			out = append(out, b.xid)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// Disconnect ends every session of rm, as when its process dies: active
+// branches are rolled back, prepared ones stay.
+func (db *DB) Disconnect(rm *RM) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	for k, b := range db.branches {
+		if !b.prepared && b.owner == rm {
+			delete(db.branches, k)
+		}
+	}
+}
+
+// RM is one process's handle on a DB.
+type RM struct {
+	name   string
+	db     *DB
+	inject Injector
+}
+
+var _ xa.ResourceManager = (*RM)(nil)
+
+// New returns an RM named name on db; inject may be nil (no faults).
+func New(name string, db *DB, inject Injector) *RM {
+	if inject == nil {
+		inject = func(Op, xa.XID) Fault { return OK }
+	}
+	return &RM{name: name, db: db, inject: inject}
+}
+
+// Name implements xa.ResourceManager.
+func (rm *RM) Name() string { return rm.name }
+
+func (rm *RM) err(op Op, x xa.XID, kind error, msg string) error {
+	return &xa.Error{Op: op.String(), RM: rm.name, XID: x, Kind: kind, Err: errors.New(msg)}
+}
+
+// fault consults the injector and handles Hang and Dead; it returns the
+// fault for the caller to apply.
+func (rm *RM) fault(ctx context.Context, op Op, x xa.XID) (Fault, error) {
+	f := rm.inject(op, x)
+	switch f {
+	case Hang:
+		<-ctx.Done()
+		return f, rm.err(op, x, xa.ErrOutcomeUnknown, "hung: "+ctx.Err().Error())
+	case Dead:
+		return f, rm.err(op, x, nil, "process is dead")
+	case Fail:
+		return f, rm.err(op, x, xa.ErrRetryable, "transient failure")
+	}
+	return f, nil
+}
+
+// Start implements xa.ResourceManager. The branch starts lazily, at its
+// first Put.
+func (rm *RM) Start(ctx context.Context, x xa.XID) (xa.Branch, error) {
+	if err := x.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := rm.fault(ctx, OpStart, x); err != nil {
+		return nil, err
+	}
+	return &Branch{rm: rm, xid: x, ctx: ctx}, nil
+}
+
+// Commit implements xa.ResourceManager.
+func (rm *RM) Commit(ctx context.Context, x xa.XID, _ xa.Origin) error {
+	return rm.finish(ctx, OpCommitRM, x, true)
+}
+
+// Rollback implements xa.ResourceManager.
+func (rm *RM) Rollback(ctx context.Context, x xa.XID, _ xa.Origin) error {
+	return rm.finish(ctx, OpRollbackRM, x, false)
+}
+
+func (rm *RM) finish(ctx context.Context, op Op, x xa.XID, commit bool) error {
+	if err := x.Validate(); err != nil {
+		return err
+	}
+	f, err := rm.fault(ctx, op, x)
+	if err != nil {
+		return err
+	}
+	if f == Refuse {
+		return rm.err(op, x, nil, "refused")
+	}
+	rm.db.mu.Lock()
+	b, ok := rm.db.branches[x.String()]
+	if ok && !b.prepared {
+		rm.db.mu.Unlock()
+		return rm.err(op, x, xa.ErrInvalidState, "branch is active on another session")
+	}
+	if ok {
+		delete(rm.db.branches, x.String())
+		if commit {
+			for k, v := range b.writes {
+				rm.db.rows[k] = v
+			}
+		}
+	}
+	rm.db.mu.Unlock()
+	switch {
+	case f == LoseReply:
+		return rm.err(op, x, xa.ErrOutcomeUnknown, "reply lost")
+	case !ok && commit:
+		return rm.err(op, x, xa.ErrUnknownXID, "unknown XID")
+	}
+	return nil
+}
+
+// Recover implements xa.ResourceManager.
+func (rm *RM) Recover(ctx context.Context) ([]xa.PreparedBranch, error) {
+	if _, err := rm.fault(ctx, OpRecover, xa.XID{}); err != nil {
+		return nil, err
+	}
+	var out []xa.PreparedBranch
+	for _, x := range rm.db.Prepared() {
+		out = append(out, xa.PreparedBranch{XID: x, Raw: x.String()})
+	}
+	return out, nil
+}
+
+// Branch is a branch on a session of an RM. Its session is itself: use Put
+// and Get.
+type Branch struct {
+	rm       *RM
+	xid      xa.XID
+	ctx      context.Context
+	mu       sync.Mutex
+	started  bool
+	ended    bool // prepared, finished or closed: the session is released
+	prepared bool
+}
+
+var (
+	_ xa.Branch            = (*Branch)(nil)
+	_ xa.OnePhaseCommitter = (*Branch)(nil)
+	_ xa.Idler             = (*Branch)(nil)
+)
+
+// Session returns the branch itself.
+func (b *Branch) Session() any { return b }
+
+// Idle implements xa.Idler.
+func (b *Branch) Idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.started
+}
+
+// Put writes row k = v in the branch.
+func (b *Branch) Put(ctx context.Context, k, v int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended {
+		return xa.ErrBranchDone
+	}
+	if err := b.ctx.Err(); err != nil {
+		return err
+	}
+	if _, err := b.rm.fault(ctx, OpPut, b.xid); err != nil {
+		return err
+	}
+	db := b.rm.db
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	r, ok := db.branches[b.xid.String()]
+	if !b.started {
+		if ok {
+			return b.rm.err(OpPut, b.xid, xa.ErrDuplicateXID, "XID in use")
+		}
+		r = &brec{xid: b.xid, writes: map[int]int{}, owner: b.rm}
+		db.branches[b.xid.String()] = r
+		b.started = true
+	} else if !ok {
+		return b.rm.err(OpPut, b.xid, xa.ErrRolledBack, "branch was rolled back")
+	}
+	r.writes[k] = v
+	return nil
+}
+
+// Prepare implements xa.Branch.
+func (b *Branch) Prepare(ctx context.Context) (xa.Vote, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended {
+		return xa.VoteAbort, xa.ErrBranchDone
+	}
+	if !b.started {
+		b.ended = true
+		return xa.VoteReadOnly, nil
+	}
+	f, err := b.rm.fault(ctx, OpPrepare, b.xid)
+	if err != nil {
+		// The branch is rolled back (or its session is gone, which
+		// rolls it back): an abort vote.
+		b.ended = true
+		b.drop()
+		return xa.VoteAbort, err
+	}
+	db := b.rm.db
+	db.mu.Lock()
+	r, ok := db.branches[b.xid.String()]
+	switch {
+	case !ok:
+		db.mu.Unlock()
+		b.ended = true
+		return xa.VoteAbort, b.rm.err(OpPrepare, b.xid, xa.ErrRolledBack, "branch was rolled back")
+	case f == Refuse:
+		delete(db.branches, b.xid.String())
+		db.mu.Unlock()
+		b.ended = true
+		return xa.VoteAbort, b.rm.err(OpPrepare, b.xid, xa.ErrRolledBack, "refused")
+	case len(r.writes) == 0:
+		delete(db.branches, b.xid.String())
+		db.mu.Unlock()
+		b.ended = true
+		return xa.VoteReadOnly, nil
+	}
+	r.prepared = true
+	r.owner = nil
+	db.mu.Unlock()
+	b.prepared = true
+	if f == LoseReply {
+		b.ended = true
+		return xa.VoteAbort, b.rm.err(OpPrepare, b.xid, xa.ErrOutcomeUnknown, "reply lost")
+	}
+	return xa.VotePrepared, nil
+}
+
+// drop rolls back an active branch whose session was lost.
+func (b *Branch) drop() {
+	db := b.rm.db
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if r, ok := db.branches[b.xid.String()]; ok && !r.prepared {
+		delete(db.branches, b.xid.String())
+	}
+}
+
+// Commit implements xa.Branch.
+func (b *Branch) Commit(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.prepared {
+		return b.rm.err(OpCommit, b.xid, xa.ErrInvalidState, "not prepared")
+	}
+	err := b.rm.finish(ctx, OpCommit, b.xid, true)
+	if !xa.Retryable(err) {
+		b.ended = true
+	}
+	return err
+}
+
+// Rollback implements xa.Branch.
+func (b *Branch) Rollback(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.prepared {
+		f, err := b.rm.fault(ctx, OpRollback, b.xid)
+		if err != nil && f == Fail {
+			return err
+		}
+		// Any other fault loses the session: the database rolls back.
+		b.ended = true
+		b.drop()
+		return err
+	}
+	err := b.rm.finish(ctx, OpRollback, b.xid, false)
+	if !xa.Retryable(err) {
+		b.ended = true
+	}
+	return err
+}
+
+// CommitOnePhase implements xa.OnePhaseCommitter.
+func (b *Branch) CommitOnePhase(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended {
+		return xa.ErrBranchDone
+	}
+	b.ended = true
+	f, err := b.rm.fault(ctx, OpOnePhase, b.xid)
+	if err != nil && f != LoseReply {
+		b.drop()
+		return err
+	}
+	db := b.rm.db
+	db.mu.Lock()
+	r, ok := db.branches[b.xid.String()]
+	if f == Refuse || !ok {
+		delete(db.branches, b.xid.String())
+		db.mu.Unlock()
+		return b.rm.err(OpOnePhase, b.xid, xa.ErrRolledBack, "refused")
+	}
+	delete(db.branches, b.xid.String())
+	for k, v := range r.writes {
+		db.rows[k] = v
+	}
+	db.mu.Unlock()
+	if f == LoseReply {
+		return b.rm.err(OpOnePhase, b.xid, xa.ErrOutcomeUnknown, "reply lost")
+	}
+	return nil
+}
+
+// Close implements xa.Branch: the session goes; an active branch is rolled
+// back by the database, a prepared one stays.
+func (b *Branch) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.ended {
+		b.ended = true
+		b.drop()
+	}
+	return nil
+}
+
+// String describes the branch.
+func (b *Branch) String() string { return fmt.Sprintf("%s/%s", b.rm.name, b.xid) }

@@ -1,0 +1,390 @@
+// Package recovery resolves in-doubt branches and stores commit decisions.
+//
+// The Scanner lists the prepared branches on every participant, keeps the
+// ones this transaction manager owns (by XID), and drives each to the
+// decision in the log: a logged COMMIT is committed; a branch with no
+// record is rolled back (presumed abort) once it is older than the grace
+// period, so that a live coordinator's in-flight transaction is never
+// rolled back under it. It never touches another application's branches.
+// It is idempotent and safe to run while transaction managers run and
+// while other scanners run.
+//
+// The decision logs are in sub-packages: filelog (embedded, the default)
+// and pebblelog (for comparison).
+//
+// Caller's duties:
+//
+//  1. Scan once when the process starts, before (or while) new
+//     transactions begin, so that a crash's leftovers are resolved.
+//  2. Keep Run going (or call Scan periodically): a branch left pending by
+//     a failed phase 2, or by a coordinator that died, is resolved there.
+//  3. Configure every participant the transaction manager used, under the
+//     same names: a record naming an unknown participant is kept and
+//     reported, never forgotten.
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/xadb/xa/xa"
+)
+
+// Log is what the scanner needs from a decision log.
+type Log interface {
+	// Commits returns every commit record not yet forgotten.
+	Commits(ctx context.Context) ([]xa.CommitRecord, error)
+	// Lookup returns the record of id, if any.
+	Lookup(ctx context.Context, id xa.GlobalID) (xa.CommitRecord, bool, error)
+	// Forget drops the record of id.
+	Forget(ctx context.Context, id xa.GlobalID) error
+}
+
+// GhostCounter is implemented by resource managers whose database can hold
+// prepared transactions that its recover listing does not show (MariaDB,
+// fact 7). While it reports any, no record that names the participant is
+// forgotten: the ghost may be one of its branches, and it comes back as
+// prepared after a server restart.
+type GhostCounter interface {
+	UnlistedPrepared(ctx context.Context) (int, error)
+}
+
+// Config configures a Scanner.
+type Config struct {
+	// Participants are the databases to scan, by their stable names.
+	Participants []xa.ResourceManager
+	// Log holds the commit decisions.
+	Log Log
+	// Nodes are the transaction-manager nodes whose branches this scanner
+	// resolves. Branches of other nodes are reported, never touched.
+	Nodes []string
+	// Grace: a branch with no commit record is rolled back only once it
+	// is older than this (see xa.GracePeriod). Required.
+	Grace time.Duration
+	// Logger receives a line per action; nil discards.
+	Logger *slog.Logger
+	// Now returns the time; nil means time.Now.
+	Now func() time.Time
+}
+
+// Scanner resolves in-doubt branches. It is safe for concurrent use.
+type Scanner struct {
+	cfg   Config
+	log   *slog.Logger
+	nodes map[string]bool
+}
+
+// New checks cfg and returns a Scanner.
+func New(cfg Config) (*Scanner, error) {
+	if cfg.Log == nil {
+		return nil, errors.New("recovery: Config.Log is required")
+	}
+	if len(cfg.Nodes) == 0 {
+		return nil, errors.New("recovery: Config.Nodes is empty: whose branches would it resolve?")
+	}
+	if cfg.Grace <= 0 {
+		return nil, errors.New("recovery: Config.Grace must be positive (see xa.GracePeriod)")
+	}
+	names := map[string]bool{}
+	for _, p := range cfg.Participants {
+		if names[p.Name()] {
+			return nil, fmt.Errorf("recovery: two participants are named %q", p.Name())
+		}
+		names[p.Name()] = true
+	}
+	s := &Scanner{cfg: cfg, nodes: map[string]bool{}}
+	for _, n := range cfg.Nodes {
+		if err := xa.ValidateNode(n); err != nil {
+			return nil, err
+		}
+		s.nodes[n] = true
+	}
+	if s.cfg.Now == nil {
+		s.cfg.Now = time.Now
+	}
+	s.log = cfg.Logger
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return s, nil
+}
+
+// Verdict is what recovery does (or would do) with a branch.
+type Verdict int
+
+const (
+	// Commit: a commit record exists; the branch is committed.
+	Commit Verdict = 1 + iota
+	// Rollback: no record and older than the grace period: presumed abort.
+	Rollback
+	// Wait: no record yet, younger than the grace period: its coordinator
+	// may still be deciding.
+	Wait
+	// Foreign: not ours (another application or transaction manager).
+	Foreign
+	// OtherNode: ours, but owned by a node this scanner does not serve.
+	OtherNode
+	// Anomaly: a record exists but does not list this branch: reported,
+	// not touched.
+	Anomaly
+)
+
+var verdictNames = [...]string{"", "commit", "rollback", "wait", "foreign", "other-node", "anomaly"}
+
+func (v Verdict) String() string {
+	if v <= 0 || int(v) >= len(verdictNames) {
+		return "Verdict(invalid)"
+	}
+	return verdictNames[v]
+}
+
+// Branch is one prepared branch found by a scan and what became of it.
+type Branch struct {
+	Participant string
+	Prepared    xa.PreparedBranch
+	ID          xa.GlobalID // zero for foreign branches
+	Age         time.Duration
+	AgeKnown    bool
+	Logged      bool // a commit record exists
+	Verdict     Verdict
+	// Done: the action was carried out (false in a dry run, for Wait,
+	// Foreign, OtherNode and Anomaly, and when Err is set).
+	Done bool
+	// Err: the action failed; a retryable error means "later".
+	Err error
+}
+
+// Report is the outcome of one scan.
+type Report struct {
+	Branches []Branch
+	// Forgotten records: every branch of them is resolved.
+	Forgotten []xa.GlobalID
+	// Kept records that could have been forgotten but for a reason
+	// (ghost prepared transactions, a participant that did not answer).
+	Kept []KeptRecord
+	// Errors that stopped part of the scan (a participant that could not
+	// be listed, a log that could not be read).
+	Errors []error
+}
+
+// KeptRecord is a commit record left in the log, and why.
+type KeptRecord struct {
+	ID     xa.GlobalID
+	Reason string
+}
+
+// InDoubt counts the branches of ours left unresolved after the scan
+// (waiting, failed or anomalous).
+func (r Report) InDoubt() int {
+	n := 0
+	for _, b := range r.Branches {
+		switch b.Verdict {
+		case Commit, Rollback:
+			if !b.Done {
+				n++
+			}
+		case Wait, Anomaly:
+			n++
+		}
+	}
+	return n
+}
+
+// Plan reports what Scan would do, without doing it.
+func (s *Scanner) Plan(ctx context.Context) (Report, error) { return s.scan(ctx, true) }
+
+// Scan resolves every in-doubt branch it can and forgets the records that
+// are done. The error is non-nil only when nothing could be scanned (the
+// log could not be read); partial failures are in Report.Errors and in
+// each Branch.Err.
+func (s *Scanner) Scan(ctx context.Context) (Report, error) { return s.scan(ctx, false) }
+
+func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
+	var rep Report
+	// Read the decisions BEFORE listing the branches: every branch of a
+	// record read here was prepared before the record was written, so a
+	// listing taken afterwards that lacks it means it is finished.
+	recs, err := s.cfg.Log.Commits(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("recovery: reading the decision log: %w", err)
+	}
+	records := make(map[string]xa.CommitRecord, len(recs))
+	for _, r := range recs {
+		records[r.ID.String()] = r
+	}
+	type key struct{ rm, xid string }
+	listed := map[key]bool{}
+	answered := map[string]bool{}
+	ghosts := map[string]int{}
+	now := s.cfg.Now()
+
+	for _, rm := range s.cfg.Participants {
+		prepared, err := rm.Recover(ctx)
+		if err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("recovery: listing %s: %w", rm.Name(), err))
+			continue
+		}
+		answered[rm.Name()] = true
+		if gc, ok := rm.(GhostCounter); ok {
+			n, err := gc.UnlistedPrepared(ctx)
+			if err != nil {
+				rep.Errors = append(rep.Errors, fmt.Errorf("recovery: counting unlisted prepared transactions on %s: %w", rm.Name(), err))
+				n = -1
+			}
+			ghosts[rm.Name()] = n
+		}
+		for _, p := range prepared {
+			b := Branch{Participant: rm.Name(), Prepared: p}
+			b.Age, b.AgeKnown = p.Age(now)
+			g, _, ours := xa.Owned(p.XID)
+			switch {
+			case !ours:
+				b.Verdict = Foreign
+			case !s.nodes[g.Node]:
+				b.ID, b.Verdict = g, OtherNode
+			default:
+				b.ID = g
+				listed[key{rm.Name(), p.XID.String()}] = true
+				rec, logged := records[g.String()]
+				b.Logged = logged
+				b.Verdict = s.verdict(b, rec, logged)
+				if !dry {
+					s.act(ctx, rm, &b, rec)
+				}
+			}
+			rep.Branches = append(rep.Branches, b)
+		}
+	}
+
+	// Forget the records whose branches are all gone from listings taken
+	// after the record was read.
+	for _, rec := range recs {
+		if !s.nodes[rec.ID.Node] {
+			continue
+		}
+		reason := ""
+		for _, br := range rec.Branches {
+			switch {
+			case !s.known(br.RM):
+				reason = fmt.Sprintf("participant %q is not configured", br.RM)
+			case !answered[br.RM]:
+				reason = fmt.Sprintf("participant %q could not be listed", br.RM)
+			case listed[key{br.RM, br.XID.String()}]:
+				reason = "branch still prepared" // resolved now, forgotten next scan
+			case ghosts[br.RM] != 0:
+				reason = fmt.Sprintf("participant %q holds prepared transactions it does not list (fact 7): restart it and recover", br.RM)
+			}
+			if reason != "" {
+				break
+			}
+		}
+		if reason != "" {
+			if reason != "branch still prepared" {
+				rep.Kept = append(rep.Kept, KeptRecord{ID: rec.ID, Reason: reason})
+			}
+			continue
+		}
+		if dry {
+			rep.Forgotten = append(rep.Forgotten, rec.ID)
+			continue
+		}
+		if err := s.cfg.Log.Forget(ctx, rec.ID); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("recovery: forgetting %s: %w", rec.ID, err))
+			continue
+		}
+		s.log.Info("forgot commit record: every branch resolved", "tx", rec.ID)
+		rep.Forgotten = append(rep.Forgotten, rec.ID)
+	}
+	return rep, nil
+}
+
+func (s *Scanner) known(name string) bool {
+	return slices.ContainsFunc(s.cfg.Participants, func(rm xa.ResourceManager) bool { return rm.Name() == name })
+}
+
+func (s *Scanner) verdict(b Branch, rec xa.CommitRecord, logged bool) Verdict {
+	if logged {
+		for _, br := range rec.Branches {
+			if br.RM == b.Participant && br.XID.Equal(b.Prepared.XID) {
+				return Commit
+			}
+		}
+		return Anomaly
+	}
+	if b.AgeKnown && b.Age > s.cfg.Grace {
+		return Rollback
+	}
+	return Wait
+}
+
+// act carries out b's verdict.
+func (s *Scanner) act(ctx context.Context, rm xa.ResourceManager, b *Branch, rec xa.CommitRecord) {
+	attrs := []any{"rm", b.Participant, "xid", b.Prepared.XID, "tx", b.ID, "age", b.Age.Round(time.Millisecond)}
+	switch b.Verdict {
+	case Commit:
+		var from xa.Origin
+		for _, br := range rec.Branches {
+			if br.RM == b.Participant && br.XID.Equal(b.Prepared.XID) {
+				from = br.Origin
+			}
+		}
+		err := rm.Commit(ctx, b.Prepared.XID, from)
+		if errors.Is(err, xa.ErrUnknownXID) {
+			// Listed a moment ago, gone now: a concurrent committer (the
+			// coordinator or another scanner) finished it.
+			err = nil
+		}
+		s.record(b, err, "committed in-doubt branch (logged decision)", attrs)
+	case Rollback:
+		// A record written since the log was read would mean a live
+		// coordinator decided after all; look again just before acting.
+		if _, logged, err := s.cfg.Log.Lookup(ctx, b.ID); err != nil || logged {
+			if err == nil {
+				err = fmt.Errorf("%w: a commit record appeared; next scan commits it", xa.ErrRetryable)
+			}
+			b.Err = err
+			return
+		}
+		err := rm.Rollback(ctx, b.Prepared.XID, xa.Origin{})
+		s.record(b, err, "rolled back in-doubt branch (presumed abort)", attrs)
+	case Anomaly:
+		s.log.Error("in-doubt branch not listed by its commit record: left alone", attrs...)
+	}
+}
+
+func (s *Scanner) record(b *Branch, err error, msg string, attrs []any) {
+	b.Err = err
+	if err == nil {
+		b.Done = true
+		s.log.Info(msg, attrs...)
+		return
+	}
+	lvl := slog.LevelWarn
+	if xa.Retryable(err) {
+		lvl = slog.LevelInfo
+	}
+	s.log.Log(context.Background(), lvl, "could not resolve in-doubt branch yet", append(attrs, "verdict", b.Verdict, "err", err)...)
+}
+
+// Run scans now and then every interval until ctx ends. Each report is
+// passed to report (which may be nil).
+func (s *Scanner) Run(ctx context.Context, interval time.Duration, report func(Report, error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		rep, err := s.Scan(ctx)
+		if report != nil {
+			report(rep, err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
