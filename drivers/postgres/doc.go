@@ -1,0 +1,66 @@
+// Package postgres is the PostgreSQL resource manager: it takes part in
+// xa transactions with PostgreSQL's own two-phase commit (BEGIN ...
+// PREPARE TRANSACTION 'gid', COMMIT PREPARED, ROLLBACK PREPARED,
+// pg_prepared_xacts), on a pgx connection pool.
+//
+// # What it owns
+//
+//   - Sessions. A branch pins one pooled connection from Start until
+//     PREPARE TRANSACTION; the prepared transaction then belongs to no
+//     session and the connection goes back to the pool. Phase 2 runs on
+//     any pooled connection, outside any transaction block. A connection
+//     whose state is unknown (lost reply, statement that would not
+//     cancel) is closed, never pooled.
+//   - Round trips. BEGIN travels with the branch's first statement; a
+//     branch that ran nothing votes read-only without I/O; a branch known
+//     to have written (a command tag INSERT/UPDATE/DELETE/MERGE/COPY with
+//     rows, or DDL) prepares in one round trip; any other branch first
+//     asks txid_current_if_assigned() and, without an xid, commits its
+//     local transaction and votes read-only instead of preparing.
+//   - Transaction control. The session (Conn) refuses BEGIN, COMMIT,
+//     ROLLBACK, PREPARE TRANSACTION and the like before sending them, sends
+//     every statement with the extended protocol (one statement per
+//     string), and breaks the branch if the server ever reports its
+//     transaction closed.
+//   - Identifiers. The gid of a branch is xid.String(), validated before
+//     any SQL and written as an escaped literal (a gid cannot be a bind
+//     parameter). Recover lists the current database's prepared
+//     transactions; gids that are not XIDs are listed with a zero XID.
+//   - Errors. Every failure of an XA command is an *xa.Error whose kind
+//     says what happened (see classify in errors.go for the table) and
+//     which wraps the *pgconn.PgError.
+//   - Cancellation. A statement whose context (or the context given to
+//     Start) ends is cancelled on the server with a cancel request; the
+//     session survives unless the server does not answer within two
+//     seconds.
+//
+// # The caller's duties
+//
+//  1. Configure the server: max_prepared_transactions > 0 (it defaults to
+//     0 and needs a restart; Open's check fails with the fix otherwise),
+//     and at least the pool size.
+//  2. Connect every transaction manager node, the recovery scanner and
+//     xactl with the same role (or a superuser): only the preparing role
+//     may COMMIT PREPARED.
+//  3. Keep the resource manager's Name stable and point it at one
+//     database: prepared transactions can only be finished from the
+//     database that prepared them.
+//  4. Use the session only inside the branch: one statement at a time,
+//     close every Rows and BatchResults, prefer SET LOCAL to SET (session
+//     settings outlive the branch on the pooled connection).
+//  5. Do not use temporary tables, WITH HOLD cursors, LISTEN/NOTIFY or
+//     exported snapshots in a branch that writes: PREPARE TRANSACTION
+//     refuses them and the branch votes abort. NOTIFY in a branch that
+//     only reads is committed with the read-only vote, whatever the
+//     global outcome.
+//  6. Treat ErrUnknownXID from Commit as ambiguous (committed earlier, or
+//     never prepared): only the decision log can tell.
+//
+// # Usage
+//
+//	rm, err := postgres.Open(ctx, postgres.Config{Name: "pg-orders", DSN: dsn})
+//	...
+//	s, err := tx.Enlist(ctx, rm) // xa.Tx
+//	conn := s.(*postgres.Conn)
+//	_, err = conn.Exec(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2", 10, 1)
+package postgres

@@ -1,0 +1,233 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/xadb/xa/xa"
+)
+
+// DefaultMaxConns is the pool size when Config.MaxConns is 0.
+const DefaultMaxConns = 32
+
+// cancelDeadline is how long a statement whose context ended may take to
+// answer the cancel request sent for it before its connection is closed
+// under it.
+const cancelDeadline = 2 * time.Second
+
+// Config configures a resource manager.
+type Config struct {
+	// Name identifies the participant (xa.ResourceManager.Name); required,
+	// stable across restarts.
+	Name string
+
+	// DSN is a postgres:// URL or a key=value connection string, as pgx
+	// reads it (pgxpool options such as pool_max_conns included). The
+	// pgx option default_query_exec_mode selects how statements with
+	// arguments are sent; simple_protocol is replaced by exec, because
+	// the simple protocol runs several statements from one string.
+	DSN string
+
+	// MaxConns is the pool size; 0 means DefaultMaxConns. Every active
+	// branch holds one connection until it is prepared.
+	MaxConns int32
+
+	// Logger receives warnings (start-up check findings, sessions closed
+	// in an unknown state, outcomes unknown); nil discards them.
+	Logger *slog.Logger
+
+	// SkipCheck skips the start-up check in Open.
+	SkipCheck bool
+}
+
+// RM is a PostgreSQL resource manager: it implements xa.ResourceManager
+// on a pgx connection pool. It is safe for concurrent use.
+type RM struct {
+	name   string
+	pool   *pgxpool.Pool
+	log    *slog.Logger
+	closed atomic.Bool
+
+	// oldPrepared is the age from which Check warns about a prepared
+	// transaction.
+	oldPrepared time.Duration
+}
+
+var _ xa.ResourceManager = (*RM)(nil)
+
+// Open connects to the database, checks that it answers and, unless
+// cfg.SkipCheck, runs Check: an error wrapping xa.ErrMisconfigured that
+// lists the failed findings and their fixes means the database cannot take
+// part in two-phase commit as configured. Warnings are logged.
+func Open(ctx context.Context, cfg Config) (*RM, error) {
+	if cfg.Name == "" {
+		return nil, &xa.Error{Op: opOpen, Err: errors.New("postgres: Config.Name is required")}
+	}
+	pc, err := pgxpool.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Err: fmt.Errorf("invalid DSN: %w", err)}
+	}
+	pc.MaxConns = cfg.MaxConns
+	if pc.MaxConns <= 0 {
+		pc.MaxConns = DefaultMaxConns
+	}
+	if pc.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol {
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
+	// A statement whose context ends is cancelled on the server with a
+	// cancel request, so that the session survives it; the connection is
+	// closed only if the server does not answer in time.
+	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: cancelDeadline}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Err: err}
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Err: fmt.Errorf("cannot reach the database: %w", err)}
+	}
+	rm := &RM{name: cfg.Name, pool: pool, log: log.With("rm", cfg.Name), oldPrepared: 10 * time.Minute}
+	if !cfg.SkipCheck {
+		fs, err := rm.Check(ctx)
+		for _, f := range fs {
+			if f.Severity == xa.SeverityWarn {
+				rm.log.Warn("start-up check", "check", f.Name, "value", f.Value, "fix", f.Fix)
+			}
+		}
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	return rm, nil
+}
+
+// Close closes the pool. Branches still active are rolled back by the
+// server as their sessions close; prepared branches stay prepared.
+func (rm *RM) Close() {
+	rm.closed.Store(true)
+	rm.pool.Close()
+}
+
+// Name returns Config.Name.
+func (rm *RM) Name() string { return rm.name }
+
+// Start takes a connection from the pool for branch xid and returns the
+// branch. No statement is sent: BEGIN goes out with the branch's first
+// statement. ctx bounds the branch's work (see xa.ResourceManager).
+func (rm *RM) Start(ctx context.Context, xid xa.XID) (xa.Branch, error) {
+	if err := xid.Validate(); err != nil {
+		return nil, rm.kindErr(opStart, xid, xa.ErrInvalidXID, err)
+	}
+	if rm.closed.Load() {
+		return nil, rm.kindErr(opStart, xid, nil, errors.New("resource manager closed"))
+	}
+	conn, err := rm.pool.Acquire(ctx)
+	if err != nil {
+		return nil, rm.kindErr(opStart, xid, nil, err)
+	}
+	return newBranch(ctx, rm, xid, conn), nil
+}
+
+// Commit commits the prepared branch xid (COMMIT PREPARED) on any pooled
+// session; from is not needed by PostgreSQL, whose prepared transactions
+// belong to no session.
+//
+// ErrUnknownXID (42704) is ambiguous: the branch was committed already (by
+// an earlier attempt whose reply was lost, or by recovery), or it was never
+// prepared or was rolled back. Only the decision log and a fresh Recover
+// can tell. ErrRetryable: the branch is busy (another session is finishing
+// it) or the command was never sent. ErrOutcomeUnknown: the reply was lost.
+func (rm *RM) Commit(ctx context.Context, xid xa.XID, _ xa.Origin) error {
+	return rm.finish(ctx, opCommit, xid)
+}
+
+// Rollback rolls back the prepared branch xid (ROLLBACK PREPARED) on any
+// pooled session. A branch the server does not know (42704) is gone, which
+// is success: nil.
+func (rm *RM) Rollback(ctx context.Context, xid xa.XID, _ xa.Origin) error {
+	return rm.finish(ctx, opRollback, xid)
+}
+
+// finish runs COMMIT PREPARED or ROLLBACK PREPARED outside any transaction
+// block.
+func (rm *RM) finish(ctx context.Context, op string, xid xa.XID) error {
+	lit, err := gidLiteral(xid)
+	if err != nil {
+		return rm.kindErr(op, xid, xa.ErrInvalidXID, err)
+	}
+	sql := "COMMIT PREPARED " + lit
+	if op == opRollback {
+		sql = "ROLLBACK PREPARED " + lit
+	}
+	conn, err := rm.pool.Acquire(ctx)
+	if err != nil {
+		// Nothing was sent.
+		return rm.kindErr(op, xid, xa.ErrRetryable, err)
+	}
+	_, err = conn.Conn().PgConn().Exec(ctx, sql).ReadAll()
+	conn.Release() // the pool closes it if the reply was lost
+	if err == nil {
+		return nil
+	}
+	e := rm.xaErr(op, xid, err)
+	if op == opRollback && errors.Is(e, xa.ErrUnknownXID) {
+		return nil
+	}
+	if xa.OutcomeUnknown(e) {
+		rm.log.Warn("phase 2 outcome unknown", "op", op, "xid", xid.String(), "err", err)
+	}
+	return e
+}
+
+// Recover lists the prepared transactions of the current database, ours
+// and everybody else's. A gid that xa.ParseXID does not accept (another
+// application's) is listed with a zero XID and Raw set: callers filter with
+// xa.Owned and never touch it.
+func (rm *RM) Recover(ctx context.Context) ([]xa.PreparedBranch, error) {
+	rows, err := rm.pool.Query(ctx,
+		"SELECT gid, prepared, owner::text, database::text FROM pg_prepared_xacts WHERE database = current_database() ORDER BY prepared, gid",
+		pgx.QueryExecModeExec)
+	if err != nil {
+		return nil, rm.xaErr(opRecover, xa.XID{}, err)
+	}
+	var out []xa.PreparedBranch
+	for rows.Next() {
+		var p xa.PreparedBranch
+		if err := rows.Scan(&p.Raw, &p.Prepared, &p.Owner, &p.Database); err != nil {
+			rows.Close()
+			return nil, rm.xaErr(opRecover, xa.XID{}, err)
+		}
+		if x, err := xa.ParseXID(p.Raw); err == nil {
+			p.XID = x
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, rm.xaErr(opRecover, xa.XID{}, err)
+	}
+	return out, nil
+}
+
+// gidLiteral returns the gid of xid (xid.String()) as an SQL literal,
+// after checking that xid is valid.
+func gidLiteral(xid xa.XID) (string, error) {
+	if err := xid.Validate(); err != nil {
+		return "", err
+	}
+	return quoteLiteral(xid.String()), nil
+}
