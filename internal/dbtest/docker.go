@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -65,10 +67,12 @@ type containerServer struct {
 }
 
 func startContainer(ctx context.Context, k Kind, settings map[string]string) (*Server, error) {
-	port, err := freePort()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
 	srv := &Server{Kind: k, Host: "127.0.0.1", Port: port}
 	var inner string
 	var c testcontainers.Container
@@ -169,5 +173,17 @@ func (cs *containerServer) logTail() string {
 	}
 	defer r.Close()
 	b, _ := io.ReadAll(r)
-	return "container log tail:\n" + tail(b)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return "container log tail:\n" + string(b)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -1,4 +1,12 @@
-package dbtest
+// Package localdb runs throw-away MariaDB and PostgreSQL servers from the
+// local binaries, on free loopback ports, in temporary directories: for
+// tests (through internal/dbtest) and for xactl demo. PostgreSQL runs as
+// user postgres when the caller is root (it refuses to run as root).
+//
+// Every server of a process lives under one directory that a watchdog
+// process deletes, after killing the servers, when the process dies in any
+// way; Cleanup does it at a normal exit.
+package localdb
 
 import (
 	"bytes"
@@ -22,6 +30,24 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Kind says which server.
+type Kind int
+
+const (
+	MySQL Kind = 1 + iota // MariaDB (or MySQL's mysqld)
+	Postgres
+)
+
+func (k Kind) String() string {
+	switch k {
+	case MySQL:
+		return "mysql"
+	case Postgres:
+		return "postgres"
+	}
+	return "Kind(invalid)"
+}
+
 // pgBinDirs are searched for the PostgreSQL server binaries.
 var pgBinDirs = []string{"/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/15/bin"}
 
@@ -38,7 +64,7 @@ var (
 // when the process dies.
 func root() (string, error) {
 	rootOnce.Do(func() {
-		rootDir, rootErr = os.MkdirTemp("", "xa-dbtest-")
+		rootDir, rootErr = os.MkdirTemp("", "xa-localdb-")
 		if rootErr != nil {
 			return
 		}
@@ -50,6 +76,24 @@ func root() (string, error) {
 	})
 	return rootDir, rootErr
 }
+
+// Cleanup destroys every server this process started and deletes their
+// files.
+func Cleanup() {
+	serversMu.Lock()
+	all := servers
+	servers = nil
+	serversMu.Unlock()
+	for _, s := range all {
+		s.Destroy()
+	}
+	cleanupRoot()
+}
+
+var (
+	serversMu sync.Mutex
+	servers   []*Server
+)
 
 func cleanupRoot() {
 	if rootDir != "" {
@@ -78,11 +122,15 @@ rm -rf "$2"
 	return nil
 }
 
-// localServer is a server process on this machine.
-type localServer struct {
-	kind     Kind
+// Server is a server process on this machine.
+type Server struct {
+	Kind   Kind
+	Flavor string // "mariadb" or "postgres"
+	Host   string
+	Port   int
+	User   string
+
 	dir      string // instance directory: data/, server.log, server.pid
-	port     int
 	bin      string
 	args     []string
 	cred     *syscall.Credential
@@ -92,7 +140,9 @@ type localServer struct {
 	destroyd bool
 }
 
-func startLocal(ctx context.Context, k Kind, settings map[string]string) (*Server, error) {
+// Start initialises and starts a new server of kind k. settings are
+// server variables (mariadbd --name=value, postgres -c name=value).
+func Start(ctx context.Context, k Kind, settings map[string]string) (*Server, error) {
 	r, err := root()
 	if err != nil {
 		return nil, err
@@ -112,17 +162,16 @@ func startLocal(ctx context.Context, k Kind, settings map[string]string) (*Serve
 	if out, err := exec.CommandContext(ctx, "cp", "-a", tmpl, data).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("copy template: %v: %s", err, out)
 	}
-	ls := &localServer{kind: k, dir: dir}
-	srv := &Server{Kind: k, Host: "127.0.0.1", ctl: ls}
+	ls := &Server{Kind: k, dir: dir, Host: "127.0.0.1"}
 	switch k {
 	case MySQL:
-		srv.Flavor, srv.user = "mariadb", "root"
+		ls.Flavor, ls.User = "mariadb", "root"
 		ls.bin, err = findBinary("mariadbd", "mysqld")
 		if err != nil {
 			return nil, err
 		}
 	case Postgres:
-		srv.Flavor, srv.user = "postgres", "postgres"
+		ls.Flavor, ls.User = "postgres", "postgres"
 		ls.bin, err = findPG("postgres")
 		if err != nil {
 			return nil, err
@@ -140,23 +189,39 @@ func startLocal(ctx context.Context, k Kind, settings map[string]string) (*Serve
 	// A free port can be taken between our probe and the server's bind:
 	// retry with another one.
 	for attempt := 0; ; attempt++ {
-		ls.port, err = freePort()
+		ls.Port, err = freePort()
 		if err != nil {
 			return nil, err
 		}
-		ls.args = serverArgs(k, dir, ls.port, settings)
-		err = ls.start(ctx)
-		if err == nil || attempt == 2 || !strings.Contains(ls.logTail(), "in use") {
+		ls.args = serverArgs(k, dir, ls.Port, settings)
+		err = ls.Start(ctx)
+		if err == nil || attempt == 2 || !strings.Contains(ls.LogTail(), "in use") {
 			break
 		}
 	}
 	if err != nil {
-		tail := ls.logTail()
-		ls.destroy()
+		tail := ls.LogTail()
+		ls.Destroy()
 		return nil, fmt.Errorf("%w\n%s", err, tail)
 	}
-	srv.Port = ls.port
-	return srv, nil
+	serversMu.Lock()
+	servers = append(servers, ls)
+	serversMu.Unlock()
+	return ls, nil
+}
+
+// DSN returns the DSN of database name ("" for none): a go-sql-driver
+// DSN for MySQL, a postgres:// URL for PostgreSQL.
+func (ls *Server) DSN(name string) string {
+	if ls.Kind == MySQL {
+		c := mysql.NewConfig()
+		c.User, c.Net, c.Addr, c.DBName = ls.User, "tcp", fmt.Sprintf("%s:%d", ls.Host, ls.Port), name
+		return c.FormatDSN()
+	}
+	if name == "" {
+		name = "postgres"
+	}
+	return fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", ls.User, ls.Host, ls.Port, name)
 }
 
 func serverArgs(k Kind, dir string, port int, settings map[string]string) []string {
@@ -213,7 +278,9 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-func (ls *localServer) start(ctx context.Context) error {
+// Start starts a stopped or killed server again on the same data and port
+// and waits until it accepts connections.
+func (ls *Server) Start(ctx context.Context) error {
 	ls.mu.Lock()
 	if ls.cmd != nil {
 		ls.mu.Unlock()
@@ -261,13 +328,13 @@ func (ls *localServer) start(ctx context.Context) error {
 	}
 }
 
-func (ls *localServer) ping(ctx context.Context) error {
+func (ls *Server) ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	switch ls.kind {
+	switch ls.Kind {
 	case MySQL:
 		c := mysql.NewConfig()
-		c.User, c.Net, c.Addr = "root", "tcp", fmt.Sprintf("127.0.0.1:%d", ls.port)
+		c.User, c.Net, c.Addr = "root", "tcp", fmt.Sprintf("127.0.0.1:%d", ls.Port)
 		db, err := sql.Open("mysql", c.FormatDSN())
 		if err != nil {
 			return err
@@ -275,7 +342,7 @@ func (ls *localServer) ping(ctx context.Context) error {
 		defer db.Close()
 		return db.PingContext(ctx)
 	default:
-		conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", ls.port))
+		conn, err := pgx.Connect(ctx, ls.DSN(""))
 		if err != nil {
 			return err
 		}
@@ -283,7 +350,7 @@ func (ls *localServer) ping(ctx context.Context) error {
 	}
 }
 
-func (ls *localServer) signal(ctx context.Context, sig syscall.Signal) error {
+func (ls *Server) signal(ctx context.Context, sig syscall.Signal) error {
 	ls.mu.Lock()
 	cmd, exited := ls.cmd, ls.exited
 	ls.mu.Unlock()
@@ -316,19 +383,23 @@ func (ls *localServer) signal(ctx context.Context, sig syscall.Signal) error {
 	return nil
 }
 
-func (ls *localServer) stop(ctx context.Context) error {
+// Stop shuts the server down cleanly (PostgreSQL: fast shutdown; active
+// sessions end, prepared transactions stay).
+func (ls *Server) Stop(ctx context.Context) error {
 	// PostgreSQL: SIGINT is a fast shutdown (active sessions end, prepared
 	// transactions stay). MariaDB: SIGTERM is a normal shutdown.
 	sig := syscall.SIGTERM
-	if ls.kind == Postgres {
+	if ls.Kind == Postgres {
 		sig = syscall.SIGINT
 	}
 	return ls.signal(ctx, sig)
 }
 
-func (ls *localServer) kill(ctx context.Context) error { return ls.signal(ctx, syscall.SIGKILL) }
+// Kill kills the server with SIGKILL, as in a crash.
+func (ls *Server) Kill(ctx context.Context) error { return ls.signal(ctx, syscall.SIGKILL) }
 
-func (ls *localServer) destroy() {
+// Destroy kills the server and deletes its files.
+func (ls *Server) Destroy() {
 	ls.mu.Lock()
 	if ls.destroyd {
 		ls.mu.Unlock()
@@ -338,11 +409,12 @@ func (ls *localServer) destroy() {
 	ls.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_ = ls.kill(ctx)
+	_ = ls.Kill(ctx)
 	os.RemoveAll(ls.dir)
 }
 
-func (ls *localServer) logTail() string {
+// LogTail returns the last lines of the server's log.
+func (ls *Server) LogTail() string {
 	b, err := os.ReadFile(filepath.Join(ls.dir, "server.log"))
 	if err != nil {
 		return ""
@@ -474,51 +546,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// serverFromDSN describes a server given in the environment.
-func serverFromDSN(k Kind, dsn string) (*Server, error) {
-	srv := &Server{Kind: k}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	switch k {
-	case MySQL:
-		c, err := mysql.ParseDSN(dsn)
-		if err != nil {
-			return nil, fmt.Errorf("XA_MYSQL_DSN: %w", err)
-		}
-		host, port, err := net.SplitHostPort(c.Addr)
-		if err != nil {
-			return nil, fmt.Errorf("XA_MYSQL_DSN address %q: %w", c.Addr, err)
-		}
-		srv.Host, srv.user, srv.pass = host, c.User, c.Passwd
-		srv.Port, _ = strconv.Atoi(port)
-		c.DBName = ""
-		db, err := sql.Open("mysql", c.FormatDSN())
-		if err != nil {
-			return nil, err
-		}
-		defer db.Close()
-		var v string
-		if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
-			return nil, fmt.Errorf("XA_MYSQL_DSN: %w", err)
-		}
-		srv.Flavor = "mysql"
-		if strings.Contains(strings.ToLower(v), "mariadb") {
-			srv.Flavor = "mariadb"
-		}
-	case Postgres:
-		c, err := pgx.ParseConfig(dsn)
-		if err != nil {
-			return nil, fmt.Errorf("XA_POSTGRES_DSN: %w", err)
-		}
-		srv.Flavor = "postgres"
-		srv.Host, srv.Port, srv.user, srv.pass = c.Host, int(c.Port), c.User, c.Password
-		conn, err := pgx.ConnectConfig(ctx, c)
-		if err != nil {
-			return nil, fmt.Errorf("XA_POSTGRES_DSN: %w", err)
-		}
-		conn.Close(ctx)
-	}
-	return srv, nil
 }
