@@ -1,0 +1,318 @@
+// Package bench measures the cost of atomicity across MariaDB/MySQL and
+// PostgreSQL, in one run against the same two servers, with concurrent
+// workers that update disjoint rows (a transfer: one row down in MySQL, one
+// row up in PostgreSQL):
+//
+//	local  two local commits, not atomic: the floor
+//	raw    hand-written two-phase commit without a transaction manager:
+//	       XA START, UPDATE, XA END, XA PREPARE on MySQL and BEGIN, UPDATE,
+//	       PREPARE TRANSACTION on PostgreSQL in parallel, then XA COMMIT and
+//	       COMMIT PREPARED in parallel; no decision log, so not recoverable
+//	tm     the transaction manager with its durable decision log
+//
+// It is used by `xactl bench` and by the package's Go benchmark.
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	xamysql "github.com/xadb/xa/drivers/mysql"
+	xapg "github.com/xadb/xa/drivers/postgres"
+	"github.com/xadb/xa/xa"
+)
+
+// Mode is one way of making the transfer.
+type Mode string
+
+const (
+	Local Mode = "local"
+	Raw   Mode = "raw"
+	TM    Mode = "tm"
+)
+
+// Modes in the order they are reported.
+var Modes = []Mode{Local, Raw, TM}
+
+// Setup holds the connections of a run.
+type Setup struct {
+	MySQL    *sql.DB       // plain pool for local and raw
+	Postgres *pgxpool.Pool // plain pool for local and raw
+	RMs      [2]xa.ResourceManager
+	Manager  *xa.Manager
+	Rows     int // rows per worker
+}
+
+// Open connects to both databases and creates the accounts tables (rows
+// rows for each of workers workers) in the given databases, which must
+// exist and be empty of an accounts table. log is the TM's decision log.
+func Open(ctx context.Context, mysqlDSN, pgDSN string, workers, rows int, log xa.DecisionLog) (*Setup, error) {
+	mc, err := gomysql.ParseDSN(mysqlDSN)
+	if err != nil {
+		return nil, fmt.Errorf("mysql DSN: %w", err)
+	}
+	mdb, err := sql.Open("mysql", mc.FormatDSN())
+	if err != nil {
+		return nil, err
+	}
+	mdb.SetMaxOpenConns(workers * 2)
+	mdb.SetMaxIdleConns(workers * 2)
+	pcfg, err := pgxpool.ParseConfig(pgDSN)
+	if err != nil {
+		mdb.Close()
+		return nil, fmt.Errorf("postgres DSN: %w", err)
+	}
+	pcfg.MaxConns = int32(workers * 2)
+	ppool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		mdb.Close()
+		return nil, err
+	}
+	s := &Setup{MySQL: mdb, Postgres: ppool, Rows: rows}
+	fail := func(err error) (*Setup, error) { s.Close(); return nil, err }
+
+	if _, err := mdb.ExecContext(ctx, "CREATE TABLE accounts (id INT PRIMARY KEY, balance BIGINT NOT NULL) ENGINE=InnoDB"); err != nil {
+		return fail(fmt.Errorf("mysql: %w", err))
+	}
+	if _, err := ppool.Exec(ctx, "CREATE TABLE accounts (id INT PRIMARY KEY, balance BIGINT NOT NULL)"); err != nil {
+		return fail(fmt.Errorf("postgres: %w", err))
+	}
+	n := workers * rows
+	if _, err := mdb.ExecContext(ctx, "INSERT INTO accounts SELECT seq, 1000000 FROM seq_0_to_"+fmt.Sprint(n-1)); err != nil {
+		// MySQL 8 has no sequence engine.
+		if _, err := mdb.ExecContext(ctx, `INSERT INTO accounts WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n+1 FROM s WHERE n < ?) SELECT n, 1000000 FROM s`, n-1); err != nil {
+			return fail(fmt.Errorf("mysql: %w", err))
+		}
+	}
+	if _, err := ppool.Exec(ctx, "INSERT INTO accounts SELECT g, 1000000 FROM generate_series(0, $1) g", n-1); err != nil {
+		return fail(fmt.Errorf("postgres: %w", err))
+	}
+
+	myRM, err := xamysql.Open(ctx, xamysql.Config{Name: "mysql", DSN: mysqlDSN, MaxConns: workers * 2})
+	if err != nil {
+		return fail(err)
+	}
+	s.RMs[0] = myRM
+	pgRM, err := xapg.Open(ctx, xapg.Config{Name: "postgres", DSN: pgDSN, MaxConns: int32(workers * 2)})
+	if err != nil {
+		return fail(err)
+	}
+	s.RMs[1] = pgRM
+	s.Manager, err = xa.NewManager(xa.Config{Node: "bench", Log: log})
+	if err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// Close closes every connection.
+func (s *Setup) Close() {
+	if s.MySQL != nil {
+		s.MySQL.Close()
+	}
+	if s.Postgres != nil {
+		s.Postgres.Close()
+	}
+	for _, rm := range s.RMs {
+		if c, ok := rm.(interface{ Close() error }); ok {
+			c.Close()
+		} else if c, ok := rm.(interface{ Close() }); ok {
+			c.Close()
+		}
+	}
+}
+
+// Stats are one mode's figures.
+type Stats struct {
+	Mode     Mode
+	Workers  int
+	Ops      int
+	Errors   int
+	Elapsed  time.Duration
+	TPS      float64
+	P50, P99 time.Duration
+}
+
+// Transfer performs one transfer of mode m by worker w on its i-th row.
+func (s *Setup) Transfer(ctx context.Context, m Mode, w, i int) error {
+	row := w*s.Rows + i%s.Rows
+	switch m {
+	case Local:
+		return s.local(ctx, row)
+	case Raw:
+		return s.raw(ctx, row)
+	case TM:
+		return s.tm(ctx, row)
+	}
+	return fmt.Errorf("bench: unknown mode %q", m)
+}
+
+const (
+	myDebit  = "UPDATE accounts SET balance = balance - 1 WHERE id = ?"
+	pgCredit = "UPDATE accounts SET balance = balance + 1 WHERE id = $1"
+)
+
+func (s *Setup) local(ctx context.Context, row int) error {
+	var wg sync.WaitGroup
+	var e1, e2 error
+	wg.Add(1)
+	go func() { defer wg.Done(); _, e1 = s.MySQL.ExecContext(ctx, myDebit, row) }()
+	_, e2 = s.Postgres.Exec(ctx, pgCredit, row)
+	wg.Wait()
+	return errors.Join(e1, e2)
+}
+
+var rawSeq struct {
+	sync.Mutex
+	n uint64
+}
+
+// raw is the hand-written two-phase commit a careful programmer would
+// write without a transaction manager: parallel prepare, parallel commit,
+// no log (a crash between the two leaves branches nobody can resolve).
+func (s *Setup) raw(ctx context.Context, row int) error {
+	rawSeq.Lock()
+	rawSeq.n++
+	id := fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), rawSeq.n)
+	rawSeq.Unlock()
+	myConn, err := s.MySQL.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer myConn.Close()
+	pgConn, err := s.Postgres.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer pgConn.Release()
+
+	var wg sync.WaitGroup
+	var e1, e2 error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for _, q := range []string{"XA START '" + id + "'", "", "XA END '" + id + "'", "XA PREPARE '" + id + "'"} {
+			if q == "" {
+				_, e1 = myConn.ExecContext(ctx, myDebit, row)
+			} else {
+				_, e1 = myConn.ExecContext(ctx, q)
+			}
+			if e1 != nil {
+				return
+			}
+		}
+	}()
+	for _, q := range []string{"BEGIN", "", "PREPARE TRANSACTION '" + id + "'"} {
+		if q == "" {
+			_, e2 = pgConn.Exec(ctx, pgCredit, row)
+		} else {
+			_, e2 = pgConn.Exec(ctx, q)
+		}
+		if e2 != nil {
+			break
+		}
+	}
+	wg.Wait()
+	if e1 != nil || e2 != nil {
+		myConn.ExecContext(ctx, "XA ROLLBACK '"+id+"'")  //nolint:errcheck
+		pgConn.Exec(ctx, "ROLLBACK PREPARED '"+id+"'") //nolint:errcheck
+		return errors.Join(e1, e2)
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); _, e1 = myConn.ExecContext(ctx, "XA COMMIT '"+id+"'") }()
+	_, e2 = pgConn.Exec(ctx, "COMMIT PREPARED '"+id+"'")
+	wg.Wait()
+	return errors.Join(e1, e2)
+}
+
+func (s *Setup) tm(ctx context.Context, row int) error {
+	_, err := s.Manager.Run(ctx, func(ctx context.Context, tx *xa.Tx) error {
+		my, err := s.RMs[0].(*xamysql.RM).Enlist(ctx, tx)
+		if err != nil {
+			return err
+		}
+		pg, err := s.RMs[1].(*xapg.RM).Enlist(ctx, tx)
+		if err != nil {
+			return err
+		}
+		var wg sync.WaitGroup
+		var e1 error
+		wg.Add(1)
+		go func() { defer wg.Done(); _, e1 = my.ExecContext(ctx, myDebit, row) }()
+		_, e2 := pg.Exec(ctx, pgCredit, row)
+		wg.Wait()
+		return errors.Join(e1, e2)
+	})
+	return err
+}
+
+// Measure runs mode m with workers concurrent workers for d (after a short
+// warm-up) and returns its figures.
+func (s *Setup) Measure(ctx context.Context, m Mode, workers int, d time.Duration) Stats {
+	warm := d / 5
+	start := time.Now()
+	measureFrom := start.Add(warm)
+	end := measureFrom.Add(d)
+	var mu sync.Mutex
+	var lat []time.Duration
+	errs := 0
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			var mine []time.Duration
+			bad := 0
+			for i := 0; ; i++ {
+				t0 := time.Now()
+				if t0.After(end) || ctx.Err() != nil {
+					break
+				}
+				err := s.Transfer(ctx, m, w, i)
+				if t0.Before(measureFrom) {
+					continue
+				}
+				if err != nil {
+					bad++
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			errs += bad
+			mu.Unlock()
+		}(w)
+	}
+	wg.Wait()
+	st := Stats{Mode: m, Workers: workers, Ops: len(lat), Errors: errs, Elapsed: d}
+	st.TPS = float64(len(lat)) / d.Seconds()
+	st.P50, st.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	return st
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d[int(float64(len(d)-1)*p)]
+}
+
+// Balance returns the sum of balances in both databases, for checking
+// that the modes moved money without losing any.
+func (s *Setup) Balance(ctx context.Context) (mysqlSum, pgSum int64, err error) {
+	if err = s.MySQL.QueryRowContext(ctx, "SELECT COALESCE(SUM(balance),0) FROM accounts").Scan(&mysqlSum); err != nil {
+		return
+	}
+	err = s.Postgres.QueryRow(ctx, "SELECT COALESCE(SUM(balance),0)::bigint FROM accounts").Scan(&pgSum)
+	return
+}
