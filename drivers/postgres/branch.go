@@ -29,8 +29,9 @@ const cleanupTimeout = 5 * time.Second
 // errBranchEnded is the cause of a branch's context once it has ended.
 var errBranchEnded = errors.New("postgres: the branch has ended")
 
-// branch is one transaction branch: a pooled connection pinned from Start
-// until PREPARE TRANSACTION (or the end of the branch).
+// branch is one transaction branch: a pooled connection pinned from the
+// branch's first statement until PREPARE TRANSACTION (or the end of the
+// branch).
 type branch struct {
 	rm   *RM
 	xid  xa.XID
@@ -61,8 +62,8 @@ var (
 	_ xa.Idler             = (*branch)(nil)
 )
 
-func newBranch(ctx context.Context, rm *RM, xid xa.XID, conn *pgxpool.Conn) *branch {
-	b := &branch{rm: rm, xid: xid, lit: quoteLiteral(xid.String()), conn: conn, state: stActive}
+func newBranch(ctx context.Context, rm *RM, xid xa.XID) *branch {
+	b := &branch{rm: rm, xid: xid, lit: quoteLiteral(xid.String()), state: stActive}
 	b.life, b.endLife = context.WithCancelCause(ctx)
 	b.sess = &Conn{b: b}
 	return b
@@ -135,17 +136,17 @@ func (b *branch) Prepare(ctx context.Context) (xa.Vote, error) {
 		}
 		return 0, err
 	}
-	pc := b.conn.Conn().PgConn()
 	switch {
 	case b.broken != nil:
 		b.release(true)
 		b.setDone(false)
 		return xa.VoteAbort, b.err(opPrepare, b.broken.Kind, b.broken.Err)
-	case !b.begun && pc.TxStatus() == 'I':
+	case b.conn == nil || (!b.begun && b.conn.Conn().PgConn().TxStatus() == 'I'):
 		b.release(false)
 		b.setDone(false)
 		return xa.VoteReadOnly, nil
 	}
+	pc := b.conn.Conn().PgConn()
 	if !b.wrote && pc.TxStatus() == 'T' {
 		readOnly, err := b.readOnly(ctx, pc)
 		if err != nil {
@@ -237,17 +238,17 @@ func (b *branch) CommitOnePhase(ctx context.Context) error {
 	if ok, err := b.begin(ctx, opCommit1PC); !ok {
 		return err
 	}
-	pc := b.conn.Conn().PgConn()
 	switch {
 	case b.broken != nil:
 		b.release(true)
 		b.setDone(false)
 		return b.err(opCommit1PC, b.broken.Kind, b.broken.Err)
-	case !b.begun && pc.TxStatus() == 'I':
+	case b.conn == nil || (!b.begun && b.conn.Conn().PgConn().TxStatus() == 'I'):
 		b.release(false)
 		b.setDone(true)
 		return nil
 	}
+	pc := b.conn.Conn().PgConn()
 	res, err := pc.Exec(ctx, "COMMIT").ReadAll()
 	if err != nil {
 		_, xerr := b.prepareFailed(opCommit1PC, err)
@@ -339,7 +340,9 @@ func (b *branch) rollbackActive(ctx context.Context) {
 		if b.running != nil {
 			b.orphaned = true
 			b.state = stDone
-			_ = b.conn.Conn().PgConn().Conn().Close() // net.Conn.Close is safe while another goroutine reads
+			if b.conn != nil {
+				_ = b.conn.Conn().PgConn().Conn().Close() // net.Conn.Close is safe while another goroutine reads
+			}
 			b.mu.Unlock()
 			b.rm.log.Warn("statement did not end after cancel: session closed", "xid", b.xid.String())
 			return
@@ -354,6 +357,9 @@ func (b *branch) rollbackActive(ctx context.Context) {
 // session and releases it; a session that cannot be brought back to idle
 // is closed.
 func (b *branch) rollbackSession() {
+	if b.conn == nil {
+		return
+	}
 	pc := b.conn.Conn().PgConn()
 	if !pc.IsClosed() && pc.TxStatus() != 'I' {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
@@ -379,15 +385,16 @@ func (b *branch) Close() error {
 	b.state = stDone
 	if b.running != nil {
 		b.orphaned = true
-		_ = b.conn.Conn().PgConn().Conn().Close()
+		if b.conn != nil {
+			_ = b.conn.Conn().PgConn().Conn().Close()
+		}
 		b.mu.Unlock()
 		b.endLife(errBranchEnded)
 		return nil
 	}
 	b.mu.Unlock()
 	b.endLife(errBranchEnded)
-	pc := b.conn.Conn().PgConn()
-	b.release(!pc.IsClosed() && pc.TxStatus() != 'I')
+	b.release(false) // closed if a transaction is open: the server rolls it back
 	return nil
 }
 

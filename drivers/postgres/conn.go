@@ -61,26 +61,58 @@ type stmt struct {
 	exited bool
 }
 
-// enter claims the session for one statement. Its context ends with ctx
-// or with the branch's life.
+// enter claims the session for one statement, taking a connection from
+// the pool for the branch's first one. The statement's context ends with
+// ctx or with the branch's life.
 func (b *branch) enter(ctx context.Context) (*stmt, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	switch {
 	case b.state != stActive:
+		b.mu.Unlock()
 		return nil, b.err(opExec, xa.ErrBranchDone, errors.New("the branch has been prepared or ended; its session accepts no more statements"))
 	case b.broken != nil:
+		b.mu.Unlock()
 		return nil, b.broken
 	case b.running != nil:
+		b.mu.Unlock()
 		return nil, b.err(opExec, nil, errors.New("session busy: another statement is running, or its Rows or BatchResults are not closed"))
 	case b.life.Err() != nil:
+		b.mu.Unlock()
 		return nil, b.err(opExec, nil, fmt.Errorf("the branch's context is done: %w", context.Cause(b.life)))
 	}
-	b.running = make(chan struct{})
-	b.sent = true
+	running := make(chan struct{})
+	b.running = running
+	conn := b.conn
+	b.mu.Unlock()
+
 	sctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(b.life, func() { cancel(context.Cause(b.life)) })
-	return &stmt{b: b, ctx: sctx, cancel: cancel, stop: stop, conn: b.conn.Conn(), begin: !b.begun}, nil
+	if conn == nil {
+		c, err := b.rm.pool.Acquire(sctx)
+		b.mu.Lock()
+		if err == nil && b.state != stActive {
+			// The branch ended while we waited for a connection.
+			err = b.err(opExec, xa.ErrBranchDone, errors.New("the branch ended"))
+			c.Release()
+		} else if err == nil {
+			b.conn = c
+		}
+		if err != nil {
+			close(running)
+			b.running = nil
+			b.mu.Unlock()
+			stop()
+			cancel(nil)
+			return nil, b.err(opExec, nil, fmt.Errorf("no connection for the branch: %w", err))
+		}
+		conn = c
+		b.mu.Unlock()
+	}
+	b.mu.Lock()
+	b.sent = true
+	begun := b.begun
+	b.mu.Unlock()
+	return &stmt{b: b, ctx: sctx, cancel: cancel, stop: stop, conn: conn.Conn(), begin: !begun}, nil
 }
 
 // exit ends the statement: it learns the transaction's state from the

@@ -5,9 +5,10 @@
 //
 // # What it owns
 //
-//   - Sessions. A branch pins one pooled connection from Start until
-//     PREPARE TRANSACTION; the prepared transaction then belongs to no
-//     session and the connection goes back to the pool. Phase 2 runs on
+//   - Sessions. A branch pins one pooled connection from its first
+//     statement (Start does no I/O) until PREPARE TRANSACTION; the
+//     prepared transaction then belongs to no session and the connection
+//     goes back to the pool. Phase 2 runs on
 //     any pooled connection, outside any transaction block. A connection
 //     whose state is unknown (lost reply, statement that would not
 //     cancel) is closed, never pooled.

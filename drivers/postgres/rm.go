@@ -126,9 +126,12 @@ func (rm *RM) Close() {
 // Name returns Config.Name.
 func (rm *RM) Name() string { return rm.name }
 
-// Start takes a connection from the pool for branch xid and returns the
-// branch. No statement is sent: BEGIN goes out with the branch's first
-// statement. ctx bounds the branch's work (see xa.ResourceManager).
+// Start returns branch xid, without I/O: the branch takes a connection
+// from the pool at its first statement (waiting for one is bounded by that
+// statement's context and by ctx) and sends BEGIN with it. ctx bounds the
+// branch's work (see xa.ResourceManager): once it is done, a running
+// statement is cancelled on the server and later statements fail.
+// Start fails only for an invalid XID or a closed resource manager.
 func (rm *RM) Start(ctx context.Context, xid xa.XID) (xa.Branch, error) {
 	if err := xid.Validate(); err != nil {
 		return nil, rm.kindErr(opStart, xid, xa.ErrInvalidXID, err)
@@ -136,11 +139,7 @@ func (rm *RM) Start(ctx context.Context, xid xa.XID) (xa.Branch, error) {
 	if rm.closed.Load() {
 		return nil, rm.kindErr(opStart, xid, nil, errors.New("resource manager closed"))
 	}
-	conn, err := rm.pool.Acquire(ctx)
-	if err != nil {
-		return nil, rm.kindErr(opStart, xid, nil, err)
-	}
-	return newBranch(ctx, rm, xid, conn), nil
+	return newBranch(ctx, rm, xid), nil
 }
 
 // Commit commits the prepared branch xid (COMMIT PREPARED) on any pooled
