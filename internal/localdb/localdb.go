@@ -547,3 +547,32 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Exec runs statements on database name ("" for the default) on a fresh
+// connection.
+func (ls *Server) Exec(ctx context.Context, name string, stmts ...string) error {
+	if ls.Kind == MySQL {
+		db, err := sql.Open("mysql", ls.DSN(name))
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		for _, q := range stmts {
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, ls.DSN(name))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	for _, q := range stmts {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	return nil
+}
