@@ -1,0 +1,92 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/xadb/xa/xa"
+)
+
+// safeErr stands for a pgconn error that certainly happened before
+// anything was sent (pgconn.SafeToRetry).
+type safeErr struct{}
+
+func (safeErr) Error() string     { return "not sent" }
+func (safeErr) SafeToRetry() bool { return true }
+
+func TestClassifyTable(t *testing.T) {
+	pg := func(code string) error { return &pgconn.PgError{Severity: "ERROR", Code: code, Message: "m"} }
+	fatal := &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}
+	lost := fmt.Errorf("read: %w", io.ErrUnexpectedEOF)
+	cases := []struct {
+		op   string
+		err  error
+		kind error
+		fix  bool
+	}{
+		{opPrepare, pg("42710"), xa.ErrDuplicateXID, false},
+		{opPrepare, pg("55000"), xa.ErrMisconfigured, true},
+		{opPrepare, pg("53200"), xa.ErrMisconfigured, true},
+		{opPrepare, pg("22023"), xa.ErrInvalidXID, false},
+		{opPrepare, pg("0A000"), xa.ErrRolledBack, false},
+		{opPrepare, pg("23505"), xa.ErrRolledBack, false},
+		{opPrepare, pg("23503"), xa.ErrRolledBack, false},
+		{opPrepare, pg("40001"), xa.ErrRolledBack, false},
+		{opPrepare, pg("40P01"), xa.ErrRolledBack, false},
+		{opPrepare, pg("57014"), xa.ErrRolledBack, false},
+		{opPrepare, pg("XX000"), xa.ErrRolledBack, false},
+		{opPrepare, fatal, xa.ErrOutcomeUnknown, false},
+		{opPrepare, lost, xa.ErrOutcomeUnknown, false},
+		{opPrepare, safeErr{}, xa.ErrRolledBack, false},
+		{opPrepare, context.Canceled, xa.ErrOutcomeUnknown, false},
+		{opCommit1PC, pg("23505"), xa.ErrRolledBack, false},
+		{opCommit1PC, pg("40001"), xa.ErrRolledBack, false},
+		{opCommit1PC, lost, xa.ErrOutcomeUnknown, false},
+		{opCommit1PC, safeErr{}, xa.ErrRolledBack, false},
+		{opCommit, pg("42704"), xa.ErrUnknownXID, false},
+		{opCommit, pg("55000"), xa.ErrRetryable, false},
+		{opCommit, pg("57014"), xa.ErrRetryable, false},
+		{opCommit, pg("42501"), xa.ErrMisconfigured, true},
+		{opCommit, pg("0A000"), xa.ErrMisconfigured, true},
+		{opCommit, pg("XX000"), nil, false},
+		{opCommit, fatal, xa.ErrOutcomeUnknown, false},
+		{opCommit, lost, xa.ErrOutcomeUnknown, false},
+		{opCommit, safeErr{}, xa.ErrRetryable, false},
+		{opRollback, pg("42704"), xa.ErrUnknownXID, false},
+		{opRollback, pg("55000"), xa.ErrRetryable, false},
+		{opRollback, pg("42501"), xa.ErrMisconfigured, true},
+		{opRollback, lost, xa.ErrOutcomeUnknown, false},
+		{opRecover, pg("42501"), xa.ErrMisconfigured, true},
+		{opExec, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "prepared transactions are disabled"}, xa.ErrMisconfigured, true},
+		{opExec, pg("55000"), nil, false},
+		{opExec, pg("23505"), nil, false},
+	}
+	rm := &RM{name: "pg"}
+	for _, c := range cases {
+		kind, fix := classify(c.op, c.err)
+		if kind != c.kind || (fix != "") != c.fix {
+			t.Errorf("classify(%s, %v) = %v, fix %q; want %v, fix %v", c.op, c.err, kind, fix, c.kind, c.fix)
+		}
+		err := rm.xaErr(c.op, xa.XID{FormatID: 1, Gtrid: []byte("g")}, c.err)
+		var xe *xa.Error
+		if !errors.As(err, &xe) || xe.Op != c.op || xe.RM != "pg" {
+			t.Errorf("xaErr(%s, %v) = %#v", c.op, c.err, err)
+			continue
+		}
+		if c.kind != nil && !errors.Is(err, c.kind) {
+			t.Errorf("xaErr(%s, %v) does not match %v", c.op, c.err, c.kind)
+		}
+		var pe *pgconn.PgError
+		if errors.As(c.err, &pe) && !errors.As(err, &pe) {
+			t.Errorf("xaErr(%s, %v) hides the *pgconn.PgError", c.op, c.err)
+		}
+		if c.fix && !strings.Contains(err.Error(), "fix: ") {
+			t.Errorf("xaErr(%s, %v) = %q: no fix in the message", c.op, c.err, err)
+		}
+	}
+}
