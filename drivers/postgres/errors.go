@@ -71,7 +71,7 @@ func (e *fixError) Unwrap() error { return e.err }
 //     transaction; the error says what to fix.
 //   - FATAL and PANIC errors (57P01 admin_shutdown, crash) and lost
 //     connections close the session. A command that was certainly never
-//     sent (pgconn.SafeToRetry) did not take effect: ErrRetryable for
+//     sent (see notSent) did not take effect: ErrRetryable for
 //     phase 2, ErrRolledBack for prepare and one-phase commit (the open
 //     transaction dies with its session). Otherwise the reply was lost
 //     and the command may or may not have taken effect: ErrOutcomeUnknown.
@@ -85,17 +85,28 @@ func classify(op string, err error) (kind error, fix string) {
 	}
 	switch op {
 	case opPrepare, opCommit1PC:
-		if pgconn.SafeToRetry(err) {
+		if notSent(err) {
 			return xa.ErrRolledBack, ""
 		}
 		return xa.ErrOutcomeUnknown, ""
 	case opCommit, opRollback:
-		if pgconn.SafeToRetry(err) {
+		if notSent(err) {
 			return xa.ErrRetryable, ""
 		}
 		return xa.ErrOutcomeUnknown, ""
 	}
 	return nil, ""
+}
+
+// notSent reports whether err certainly happened before the command was
+// sent. pgconn.SafeToRetry says so, except for pgconn.ErrConnClosed: pgx
+// v5.12's MultiResultReader (PgConn.Exec) reports a connection lost while
+// waiting for the reply as "conn closed", a SafeToRetry error meant for a
+// connection found closed before sending. Callers check that the
+// connection is open before they send, so ErrConnClosed here means the
+// reply was lost.
+func notSent(err error) bool {
+	return pgconn.SafeToRetry(err) && !errors.Is(err, pgconn.ErrConnClosed)
 }
 
 func classifyServer(op string, pe *pgconn.PgError) (kind error, fix string) {

@@ -19,6 +19,14 @@ type safeErr struct{}
 func (safeErr) Error() string     { return "not sent" }
 func (safeErr) SafeToRetry() bool { return true }
 
+// closedErr is pgx's "conn closed": SafeToRetry, yet also what a lost
+// reply to PgConn.Exec looks like.
+type closedErr struct{}
+
+func (closedErr) Error() string     { return "conn closed" }
+func (closedErr) SafeToRetry() bool { return true }
+func (closedErr) Unwrap() error     { return pgconn.ErrConnClosed }
+
 func TestClassifyTable(t *testing.T) {
 	pg := func(code string) error { return &pgconn.PgError{Severity: "ERROR", Code: code, Message: "m"} }
 	fatal := &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}
@@ -43,6 +51,8 @@ func TestClassifyTable(t *testing.T) {
 		{opPrepare, fatal, xa.ErrOutcomeUnknown, false},
 		{opPrepare, lost, xa.ErrOutcomeUnknown, false},
 		{opPrepare, safeErr{}, xa.ErrRolledBack, false},
+		{opPrepare, closedErr{}, xa.ErrOutcomeUnknown, false},
+		{opCommit, closedErr{}, xa.ErrOutcomeUnknown, false},
 		{opPrepare, context.Canceled, xa.ErrOutcomeUnknown, false},
 		{opCommit1PC, pg("23505"), xa.ErrRolledBack, false},
 		{opCommit1PC, pg("40001"), xa.ErrRolledBack, false},

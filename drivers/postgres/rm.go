@@ -178,7 +178,12 @@ func (rm *RM) finish(ctx context.Context, op string, xid xa.XID) error {
 		// Nothing was sent.
 		return rm.kindErr(op, xid, xa.ErrRetryable, err)
 	}
-	_, err = conn.Conn().PgConn().Exec(ctx, sql).ReadAll()
+	pc := conn.Conn().PgConn()
+	if pc.IsClosed() {
+		conn.Release()
+		return rm.kindErr(op, xid, xa.ErrRetryable, errors.New("pooled connection closed; nothing sent"))
+	}
+	_, err = pc.Exec(ctx, sql).ReadAll()
 	conn.Release() // the pool closes it if the reply was lost
 	if err == nil {
 		return nil
