@@ -1,0 +1,89 @@
+package filelog
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// rotate closes the active segment (already synced) and starts the next
+// one, then compacts. It runs on the writer goroutine.
+func (l *Log) rotate() error {
+	// Only the last segment may end in a torn write: sync forget records
+	// written without a sync before the segment is closed for good.
+	if l.dirty {
+		if err := l.sync(); err != nil {
+			return err
+		}
+	}
+	next := l.activeNum + 1
+	f, err := l.createSegment(next)
+	if err != nil {
+		return err
+	}
+	if err := l.active.Close(); err != nil {
+		// Its data was synced before; a close error loses nothing.
+		l.logger.Warn("decision log: closing full segment", "file", segmentName(l.activeNum), "err", err)
+	}
+	l.active, l.activeNum, l.activeSize = f, next, headerSize
+	l.mu.Lock()
+	l.st.seg(next).size = headerSize
+	l.mu.Unlock()
+	return l.compact()
+}
+
+// compact retires old segments: it copies their live records into the
+// active segment, syncs, and only then removes them, oldest first, syncing
+// the directory after each removal so that a crash never leaves a gap.
+// It runs on the writer goroutine.
+func (l *Log) compact() error {
+	l.mu.Lock()
+	first := l.first
+	retire, copies := l.st.plan(first, l.activeNum, l.opts.SegmentSize)
+	l.mu.Unlock()
+	if len(retire) == 0 {
+		return nil
+	}
+	if len(copies) > 0 {
+		l.buf = l.buf[:0]
+		for _, r := range copies {
+			l.buf = append(l.buf, r.frame...)
+		}
+		if err := l.writeSync(l.buf); err != nil {
+			return fmt.Errorf("copying %d live records forward: %w", len(copies), err)
+		}
+		l.mu.Lock()
+		for _, r := range copies {
+			// A record forgotten meanwhile has left its segment's
+			// accounting already; its copy is dead.
+			if !r.dead {
+				l.st.move(r, l.activeNum)
+			}
+		}
+		l.st.seg(l.activeNum).size += int64(len(l.buf))
+		l.mu.Unlock()
+		l.activeSize += int64(len(l.buf))
+	}
+	for _, n := range retire {
+		name := segmentName(n)
+		if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
+			// Nothing is lost: its records are copied forward or dead,
+			// and the next compaction tries again.
+			l.logger.Warn("decision log: removing old segment", "file", name, "err", err)
+			return nil
+		}
+		if !l.opts.NoSync {
+			if err := l.fs.SyncDir(l.dir); err != nil {
+				// The removal may or may not be durable; a later
+				// removal that is could leave a gap.
+				return fmt.Errorf("syncing directory after removing %s: %w", name, err)
+			}
+		}
+		l.mu.Lock()
+		delete(l.st.segs, n)
+		l.first = n + 1
+		l.mu.Unlock()
+	}
+	l.logger.Debug("decision log: compacted", "removed", len(retire), "copied", len(copies),
+		"first", l.first, "active", l.activeNum)
+	return nil
+}

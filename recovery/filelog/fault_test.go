@@ -1,0 +1,171 @@
+package filelog
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/xadb/xa/xa"
+)
+
+// TestFailStop injects a failing write or sync and checks that the log
+// stops: the caller of the failed group and every later call get an error,
+// nothing is retried, and a reopened log holds every acknowledged record.
+func TestFailStop(t *testing.T) {
+	tests := []struct {
+		name        string
+		segmentSize int64
+		op          string // the operation that fails
+		err         error
+	}{
+		{name: "sync fails", op: "sync", err: syscall.EIO},
+		{name: "write fails", op: "write", err: syscall.ENOSPC},
+		{name: "write is cut short", op: "write", err: &partialWrite{n: 5, err: syscall.EIO}},
+		{name: "new segment cannot be synced", segmentSize: 1, op: "sync", err: syscall.EIO},
+		{name: "directory sync fails after rotation", segmentSize: 1, op: "syncdir", err: syscall.EIO},
+		{name: "rename fails on rotation", segmentSize: 1, op: "rename", err: syscall.EIO},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			h := &hookFS{}
+			l := mustOpen(t, dir, Options{fs: h, SegmentSize: tt.segmentSize})
+			var after atomic.Int64 // operations attempted after the fault
+			var faulted atomic.Bool
+			var seen int
+			h.setHook(func(op, name string, p []byte) error {
+				if faulted.Load() {
+					// Removing the temporary file of a failed
+					// segment creation is cleanup, not a retry.
+					if !(op == "remove" && strings.HasSuffix(name, ".tmp")) {
+						after.Add(1)
+					}
+					return nil
+				}
+				if op != tt.op {
+					return nil
+				}
+				// Let the first group through, fail the second
+				// matching operation.
+				seen++
+				if seen < 2 {
+					return nil
+				}
+				faulted.Store(true)
+				return tt.err
+			})
+			var acked []xa.CommitRecord
+			var failErr error
+			for i := 0; i < 20 && failErr == nil; i++ {
+				rec := commitRec(gid(i), 2)
+				if err := l.LogCommit(ctx, rec); err != nil {
+					failErr = err
+				} else {
+					acked = append(acked, rec)
+				}
+			}
+			if !faulted.Load() {
+				t.Fatal("the fault was never injected")
+			}
+			// The fault may hit the group of a LogCommit (it fails) or a
+			// rotation after it (the next call fails).
+			if failErr == nil {
+				failErr = l.LogCommit(ctx, commitRec(gid(99), 1))
+			}
+			if !errors.Is(failErr, ErrFailed) {
+				t.Fatalf("call after the fault: %v, want ErrFailed", failErr)
+			}
+			if err := l.LogCommit(ctx, commitRec(gid(100), 1)); !errors.Is(err, ErrFailed) {
+				t.Errorf("LogCommit after the fault: %v", err)
+			}
+			if err := l.Forget(ctx, gid(0)); !errors.Is(err, ErrFailed) {
+				t.Errorf("Forget after the fault: %v", err)
+			}
+			if _, _, err := l.Lookup(ctx, gid(0)); !errors.Is(err, ErrFailed) {
+				t.Errorf("Lookup after the fault: %v", err)
+			}
+			if _, err := l.Commits(ctx); !errors.Is(err, ErrFailed) {
+				t.Errorf("Commits after the fault: %v", err)
+			}
+			if _, err := l.Heuristics(ctx); !errors.Is(err, ErrFailed) {
+				t.Errorf("Heuristics after the fault: %v", err)
+			}
+			if err := l.Close(); !errors.Is(err, ErrFailed) {
+				t.Errorf("Close after the fault: %v, want the failure", err)
+			}
+			if n := after.Load(); n != 0 {
+				t.Errorf("%d file writes or syncs after the fault; want none (nothing is retried)", n)
+			}
+
+			l = mustOpen(t, dir, Options{})
+			defer mustClose(t, l)
+			for _, rec := range acked {
+				if got, ok, err := l.Lookup(ctx, rec.ID); err != nil || !ok || enc(t, got) != enc(t, rec) {
+					t.Errorf("acknowledged record %v lost after the fault: %v %v", rec.ID, ok, err)
+				}
+			}
+		})
+	}
+}
+
+// TestFailStopWakesEveryWaiter: all callers waiting when a sync fails get an
+// error; those in the failed group are told the outcome is unknown.
+func TestFailStopWakesEveryWaiter(t *testing.T) {
+	h := &hookFS{}
+	l := mustOpen(t, t.TempDir(), Options{fs: h})
+	entered := make(chan struct{}, 1)
+	gate := make(chan struct{})
+	var first atomic.Bool
+	h.setHook(func(op, name string, p []byte) error {
+		if op == "sync" && first.CompareAndSwap(false, true) {
+			entered <- struct{}{}
+			<-gate
+			return syscall.EIO
+		}
+		return nil
+	})
+	ctx := context.Background()
+	errs := make(chan error, 32)
+	go func() { errs <- l.LogCommit(ctx, commitRec(gid(0), 2)) }()
+	<-entered // group 1 is in its sync; queue more behind it
+	var wg sync.WaitGroup
+	for i := 1; i < 32; i++ {
+		wg.Go(func() { errs <- l.LogCommit(ctx, commitRec(gid(i), 2)) })
+	}
+	for {
+		l.mu.Lock()
+		n := len(l.queue)
+		l.mu.Unlock()
+		if n == 31 {
+			break
+		}
+		select {
+		case err := <-errs:
+			t.Fatalf("a call returned before the sync failed: %v", err)
+		default:
+		}
+	}
+	close(gate)
+	wg.Wait()
+	unknown := 0
+	for range 32 {
+		err := <-errs
+		if !errors.Is(err, ErrFailed) {
+			t.Fatalf("waiter got %v, want ErrFailed", err)
+		}
+		if errors.Is(err, xa.ErrOutcomeUnknown) {
+			unknown++
+		}
+	}
+	if unknown != 1 {
+		t.Errorf("%d callers told outcome unknown, want 1 (the failed group); the queued ones were never written", unknown)
+	}
+	if err := l.Close(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Close: %v", err)
+	}
+}

@@ -1,0 +1,337 @@
+package filelog
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/xadb/xa/xa"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// gid returns a distinct, valid global id for i.
+func gid(i int) xa.GlobalID {
+	return xa.GlobalID{Node: "node-1", Begun: time.UnixMilli(1_700_000_000_000 + int64(i)), Rand: uint64(i)*0x9e3779b97f4a7c15 + 1}
+}
+
+// commitRec returns a realistic commit record for id with n branches.
+func commitRec(id xa.GlobalID, n int) xa.CommitRecord {
+	rec := xa.CommitRecord{ID: id, Logged: time.Unix(0, id.Begun.UnixNano()+int64(n)*1000+7)}
+	for b := 0; b < n; b++ {
+		rec.Branches = append(rec.Branches, xa.BranchRecord{
+			RM:     fmt.Sprintf("db-%d", b),
+			XID:    id.Branch(b),
+			Origin: xa.Origin{Session: uint64(1000 + b), Prepared: time.Unix(0, id.Begun.UnixNano()+int64(b))},
+		})
+	}
+	return rec
+}
+
+func heurRec(i int, action xa.Outcome) xa.HeuristicRecord {
+	return xa.HeuristicRecord{
+		RM:     "db-0",
+		XID:    gid(i).Branch(0),
+		Action: action,
+		Forced: i%2 == 0,
+		Time:   time.Unix(0, int64(1_700_000_000_000_000_000)+int64(i)*1e6),
+		Reason: fmt.Sprintf("operator note %d", i),
+	}
+}
+
+// tb is what the helpers need of testing.TB and *rapid.T.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+func enc(t tb, v interface{ MarshalBinary() ([]byte, error) }) string {
+	t.Helper()
+	b, err := v.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// commitSet returns the encoded records, sorted, for comparison.
+func commitSet(t tb, recs []xa.CommitRecord) []string {
+	t.Helper()
+	out := make([]string, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, enc(t, r))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func heurSet(t tb, recs []xa.HeuristicRecord) []string {
+	t.Helper()
+	out := make([]string, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, enc(t, r))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func mustOpen(t testing.TB, dir string, opts Options) *Log {
+	t.Helper()
+	l, err := Open(dir, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return l
+}
+
+func mustClose(t testing.TB, l *Log) {
+	t.Helper()
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+// segFiles lists the segment files of dir.
+func segFiles(t tb, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "*.wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(m)
+	return m
+}
+
+// dirHashes maps every file name in dir to a hash of its content. The lock
+// file is left out: taking the lock may create it.
+func dirHashes(t testing.TB, dir string) map[string][32]byte {
+	t.Helper()
+	out := map[string][32]byte{}
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, de := range des {
+		if de.Name() == lockName {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, de.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[de.Name()] = sha256.Sum256(b)
+	}
+	return out
+}
+
+// copyLog copies the segment files of src into a new directory.
+func copyLog(t testing.TB, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	des, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, de := range des {
+		if de.Name() == lockName {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, de.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, de.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// partialWrite makes hookFS write only n bytes and then fail with err.
+type partialWrite struct {
+	n   int
+	err error
+}
+
+func (p *partialWrite) Error() string {
+	return fmt.Sprintf("partial write of %d bytes: %v", p.n, p.err)
+}
+
+// hookFS is the real file system with a hook before every mutating
+// operation: op is "write", "sync", "truncate", "rename", "remove" or
+// "syncdir". A non-nil error from the hook is returned instead of doing the
+// operation (a *partialWrite does part of a write first).
+type hookFS struct {
+	osFS
+	mu      sync.Mutex
+	hook    func(op, name string, p []byte) error
+	renamed map[string]string // old path -> new path, for open files' names
+	synced  map[string]int64  // path -> size at its last sync
+}
+
+// syncedSize returns the size of path at its last sync (0 if never).
+func (h *hookFS) syncedSize(path string) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.synced[path]
+}
+
+func (h *hookFS) noteSync(path string, size int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.synced == nil {
+		h.synced = map[string]int64{}
+	}
+	h.synced[path] = size
+}
+
+// current returns the path of a file opened as name.
+func (h *hookFS) current(name string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for h.renamed[name] != "" {
+		name = h.renamed[name]
+	}
+	return name
+}
+
+func (h *hookFS) call(op, name string, p []byte) error {
+	h.mu.Lock()
+	hook := h.hook
+	h.mu.Unlock()
+	if hook == nil {
+		return nil
+	}
+	return hook(op, filepath.Base(name), p)
+}
+
+func (h *hookFS) setHook(f func(op, name string, p []byte) error) {
+	h.mu.Lock()
+	h.hook = f
+	h.mu.Unlock()
+}
+
+func (h *hookFS) OpenFile(name string, flag int, perm os.FileMode) (file, error) {
+	f, err := h.osFS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &hookFile{file: f, name: name, fs: h}, nil
+}
+
+func (h *hookFS) Rename(oldpath, newpath string) error {
+	if err := h.call("rename", newpath, nil); err != nil {
+		return err
+	}
+	if err := h.osFS.Rename(oldpath, newpath); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	if h.renamed == nil {
+		h.renamed = map[string]string{}
+	}
+	h.renamed[oldpath] = newpath
+	if n, ok := h.synced[oldpath]; ok {
+		h.synced[newpath] = n
+		delete(h.synced, oldpath)
+	}
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *hookFS) Remove(name string) error {
+	if err := h.call("remove", name, nil); err != nil {
+		return err
+	}
+	return h.osFS.Remove(name)
+}
+
+func (h *hookFS) SyncDir(dir string) error {
+	if err := h.call("syncdir", dir, nil); err != nil {
+		return err
+	}
+	return h.osFS.SyncDir(dir)
+}
+
+type hookFile struct {
+	file
+	name string
+	fs   *hookFS
+}
+
+func (f *hookFile) Write(p []byte) (int, error) {
+	if err := f.fs.call("write", f.fs.current(f.name), p); err != nil {
+		var pw *partialWrite
+		if errors.As(err, &pw) {
+			n, werr := f.file.Write(p[:pw.n])
+			if werr != nil {
+				return n, werr
+			}
+			return n, pw.err
+		}
+		return 0, err
+	}
+	return f.file.Write(p)
+}
+
+func (f *hookFile) Sync() error {
+	name := f.fs.current(f.name)
+	if err := f.fs.call("sync", name, nil); err != nil {
+		return err
+	}
+	if err := f.file.Sync(); err != nil {
+		return err
+	}
+	if st, err := os.Stat(name); err == nil {
+		f.fs.noteSync(name, st.Size())
+	}
+	return nil
+}
+
+func (f *hookFile) Truncate(size int64) error {
+	name := f.fs.current(f.name)
+	if err := f.fs.call("truncate", name, nil); err != nil {
+		return err
+	}
+	if err := f.file.Truncate(size); err != nil {
+		return err
+	}
+	f.fs.noteSync(name, size)
+	return nil
+}
+
+// frames returns the offsets of the records of a segment file, and the
+// offset where they end.
+func frames(t testing.TB, path string) (offs []int, end int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := headerSize
+	for off < len(b) {
+		_, _, next, bad := parseFrame(b, off)
+		if bad != "" {
+			t.Fatalf("%s: bad record at %d: %s", path, off, bad)
+		}
+		offs = append(offs, off)
+		off = next
+	}
+	return offs, off
+}

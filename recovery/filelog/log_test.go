@@ -1,0 +1,383 @@
+package filelog
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xadb/xa/xa"
+)
+
+func TestOpenCreatesDirAndSegment(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "log")
+	l := mustOpen(t, dir, Options{})
+	defer mustClose(t, l)
+	b, err := os.ReadFile(filepath.Join(dir, "00000000000000000001.wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != headerSize || checkHeader(b, 1) != "" {
+		t.Fatalf("segment 1 = %q, want a bare valid header", b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, lockName)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSecondOpenIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{NoSync: true})
+	_, err := Open(dir, Options{NoSync: true})
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open: %v, want ErrLocked", err)
+	}
+	mustClose(t, l)
+	l = mustOpen(t, dir, Options{NoSync: true}) // released by Close
+	mustClose(t, l)
+}
+
+// step is one operation in a table test.
+type step struct {
+	op  string // commit, forget, heuristic, clear
+	i   int    // record index
+	n   int    // branches (commit)
+	act xa.Outcome
+}
+
+func apply(t *testing.T, ctx context.Context, l *Log, s step) {
+	t.Helper()
+	var err error
+	switch s.op {
+	case "commit":
+		err = l.LogCommit(ctx, commitRec(gid(s.i), s.n))
+	case "forget":
+		err = l.Forget(ctx, gid(s.i))
+	case "heuristic":
+		err = l.LogHeuristic(ctx, heurRec(s.i, s.act))
+	case "clear":
+		err = l.ClearHeuristic(ctx, gid(s.i).Branch(0))
+	default:
+		t.Fatalf("bad op %q", s.op)
+	}
+	if err != nil {
+		t.Fatalf("%s %d: %v", s.op, s.i, err)
+	}
+}
+
+func TestLiveSet(t *testing.T) {
+	tests := []struct {
+		name       string
+		steps      []step
+		commits    []xa.CommitRecord // in Commits order
+		heuristics []xa.HeuristicRecord
+	}{
+		{name: "empty"},
+		{
+			name:    "commit",
+			steps:   []step{{op: "commit", i: 1, n: 2}},
+			commits: []xa.CommitRecord{commitRec(gid(1), 2)},
+		},
+		{
+			name:  "commit then forget",
+			steps: []step{{op: "commit", i: 1, n: 2}, {op: "forget", i: 1}},
+		},
+		{
+			name:  "forget of an unknown id",
+			steps: []step{{op: "forget", i: 9}},
+		},
+		{
+			name:    "logging an id again replaces its record",
+			steps:   []step{{op: "commit", i: 1, n: 2}, {op: "commit", i: 1, n: 3}},
+			commits: []xa.CommitRecord{commitRec(gid(1), 3)},
+		},
+		{
+			name:    "oldest first, by Logged",
+			steps:   []step{{op: "commit", i: 3, n: 1}, {op: "commit", i: 1, n: 1}, {op: "commit", i: 2, n: 1}, {op: "forget", i: 2}},
+			commits: []xa.CommitRecord{commitRec(gid(1), 1), commitRec(gid(3), 1)},
+		},
+		{
+			name:       "heuristic kept",
+			steps:      []step{{op: "heuristic", i: 4, act: xa.OutcomeRollback}, {op: "commit", i: 4, n: 1}, {op: "forget", i: 4}},
+			heuristics: []xa.HeuristicRecord{heurRec(4, xa.OutcomeRollback)},
+		},
+		{
+			name: "clear drops every heuristic of the xid and no other",
+			steps: []step{
+				{op: "heuristic", i: 5, act: xa.OutcomeCommit}, {op: "heuristic", i: 6, act: xa.OutcomeCommit},
+				{op: "heuristic", i: 5, act: xa.OutcomeRollback}, {op: "clear", i: 5},
+			},
+			heuristics: []xa.HeuristicRecord{heurRec(6, xa.OutcomeCommit)},
+		},
+		{
+			name:  "clear of an unknown xid",
+			steps: []step{{op: "clear", i: 7}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			l := mustOpen(t, dir, Options{NoSync: true})
+			for _, s := range tt.steps {
+				apply(t, ctx, l, s)
+			}
+			check := func(when string) {
+				t.Helper()
+				got, err := l.Commits(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g, w := encList(t, got), encList(t, tt.commits); !slices.Equal(g, w) {
+					t.Errorf("%s: Commits = %d records %q, want %d %q", when, len(got), g, len(tt.commits), w)
+				}
+				for _, c := range tt.commits {
+					r, ok, err := l.Lookup(ctx, c.ID)
+					if err != nil || !ok || enc(t, r) != enc(t, c) {
+						t.Errorf("%s: Lookup(%v) = %v, %v, %v", when, c.ID, r, ok, err)
+					}
+				}
+				h, err := l.Heuristics(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g, w := heurSet(t, h), heurSet(t, tt.heuristics); !slices.Equal(g, w) {
+					t.Errorf("%s: Heuristics = %q, want %q", when, g, w)
+				}
+			}
+			check("before reopen")
+			mustClose(t, l)
+			l = mustOpen(t, dir, Options{NoSync: true})
+			check("after reopen")
+			mustClose(t, l)
+		})
+	}
+}
+
+func encList[T interface{ MarshalBinary() ([]byte, error) }](t tb, recs []T) []string {
+	out := []string{}
+	for _, r := range recs {
+		out = append(out, enc(t, r))
+	}
+	return out
+}
+
+func TestLookupMissing(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{NoSync: true})
+	defer mustClose(t, l)
+	if _, ok, err := l.Lookup(context.Background(), gid(1)); ok || err != nil {
+		t.Fatalf("Lookup of an id never logged: %v, %v", ok, err)
+	}
+}
+
+func TestInvalidRecordsRejected(t *testing.T) {
+	ctx := context.Background()
+	l := mustOpen(t, t.TempDir(), Options{NoSync: true})
+	defer mustClose(t, l)
+	if err := l.LogCommit(ctx, xa.CommitRecord{}); err == nil {
+		t.Error("LogCommit of a record without id succeeded")
+	}
+	if err := l.Forget(ctx, xa.GlobalID{}); err == nil {
+		t.Error("Forget of the zero id succeeded")
+	}
+	if err := l.LogHeuristic(ctx, xa.HeuristicRecord{XID: gid(1).Branch(0)}); err == nil {
+		t.Error("LogHeuristic without action succeeded")
+	}
+	if err := l.ClearHeuristic(ctx, xa.XID{}); err == nil {
+		t.Error("ClearHeuristic of the zero XID succeeded")
+	}
+}
+
+func TestClosed(t *testing.T) {
+	ctx := context.Background()
+	l := mustOpen(t, t.TempDir(), Options{NoSync: true})
+	mustClose(t, l)
+	if err := l.LogCommit(ctx, commitRec(gid(1), 1)); !errors.Is(err, ErrClosed) {
+		t.Errorf("LogCommit after Close: %v", err)
+	}
+	if err := l.Forget(ctx, gid(1)); !errors.Is(err, ErrClosed) {
+		t.Errorf("Forget after Close: %v", err)
+	}
+	if _, err := l.Commits(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Commits after Close: %v", err)
+	}
+	if err := l.Close(); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestCloseWritesQueuedForgets(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{NoSync: true})
+	for i := range 100 {
+		apply(t, ctx, l, step{op: "commit", i: i, n: 2})
+	}
+	for i := range 100 {
+		if err := l.Forget(ctx, gid(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClose(t, l)
+	l = mustOpen(t, dir, Options{NoSync: true})
+	defer mustClose(t, l)
+	if c, _ := l.Commits(ctx); len(c) != 0 {
+		t.Fatalf("%d commits after reopen, want 0: forgets queued at Close were lost", len(c))
+	}
+}
+
+// TestGroupCommit: concurrent writers share fsyncs (real ones).
+func TestGroupCommit(t *testing.T) {
+	const writers, each = 64, 20
+	var syncs, synced atomic.Int64
+	l := mustOpen(t, t.TempDir(), Options{OnSync: func(records, bytes int, d time.Duration) {
+		syncs.Add(1)
+		synced.Add(int64(records))
+	}})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				if err := l.LogCommit(ctx, commitRec(gid(w*each+i), 2)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	mustClose(t, l)
+	total := int64(writers * each)
+	if synced.Load() != total {
+		t.Fatalf("OnSync saw %d records, want %d", synced.Load(), total)
+	}
+	t.Logf("%d records in %d syncs: %.1f per group", total, syncs.Load(), float64(total)/float64(syncs.Load()))
+	if syncs.Load()*4 > total {
+		t.Fatalf("%d syncs for %d records: concurrent commits do not share syncs", syncs.Load(), total)
+	}
+}
+
+// blockingSync makes every segment sync wait until release is closed; it
+// reports each waiting sync on entered.
+func blockingSync(h *hookFS) (entered chan struct{}, release func()) {
+	entered = make(chan struct{}, 100)
+	gate := make(chan struct{})
+	h.setHook(func(op, name string, p []byte) error {
+		if op == "sync" {
+			entered <- struct{}{}
+			<-gate
+		}
+		return nil
+	})
+	return entered, sync.OnceFunc(func() { close(gate) })
+}
+
+// TestContextEndsBeforeDurable: the caller gets an outcome-unknown error,
+// and the record may still become durable.
+func TestContextEndsBeforeDurable(t *testing.T) {
+	h := &hookFS{}
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{fs: h})
+	entered, release := blockingSync(h)
+	defer release()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := l.LogCommit(ctx, commitRec(gid(1), 2))
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, xa.ErrOutcomeUnknown) {
+		t.Fatalf("LogCommit with an expiring ctx: %v, want DeadlineExceeded and ErrOutcomeUnknown", err)
+	}
+	<-entered
+	if _, ok, _ := l.Lookup(context.Background(), gid(1)); ok {
+		t.Fatal("record visible before it is durable")
+	}
+	release()
+	mustClose(t, l)
+	l = mustOpen(t, dir, Options{})
+	defer mustClose(t, l)
+	if _, ok, _ := l.Lookup(context.Background(), gid(1)); !ok {
+		t.Fatal("the record whose caller gave up was not written after all; this test expects it to be")
+	}
+
+	// A ctx done on entry writes nothing.
+	done, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if err := l.LogCommit(done, commitRec(gid(2), 1)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("LogCommit with a done ctx: %v", err)
+	}
+	if _, ok, _ := l.Lookup(context.Background(), gid(2)); ok {
+		t.Fatal("LogCommit with a done ctx logged the record")
+	}
+}
+
+// TestForgetDoesNotWaitForSync: Forget returns while a sync is stuck.
+func TestForgetDoesNotWaitForSync(t *testing.T) {
+	h := &hookFS{}
+	l := mustOpen(t, t.TempDir(), Options{fs: h})
+	ctx := context.Background()
+	if err := l.LogCommit(ctx, commitRec(gid(1), 2)); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := blockingSync(h)
+	errc := make(chan error, 1)
+	go func() { errc <- l.LogCommit(ctx, commitRec(gid(2), 2)) }()
+	<-entered // the writer is inside a sync now
+	start := time.Now()
+	if err := l.Forget(ctx, gid(1)); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Fatalf("Forget took %v behind a stuck sync", d)
+	}
+	if _, ok, _ := l.Lookup(ctx, gid(1)); ok {
+		t.Fatal("Lookup shows a forgotten record")
+	}
+	release()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+}
+
+// TestForgetsAreNotSyncedOnTheirOwn: one writer doing commit then forget
+// costs one sync per decision, not two; Close makes the forgets durable.
+func TestForgetsAreNotSyncedOnTheirOwn(t *testing.T) {
+	ctx := context.Background()
+	h := &hookFS{}
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{fs: h})
+	var syncs atomic.Int64
+	h.setHook(func(op, name string, p []byte) error {
+		if op == "sync" {
+			syncs.Add(1)
+		}
+		return nil
+	})
+	const n = 50
+	for i := range n {
+		apply(t, ctx, l, step{op: "commit", i: i, n: 2})
+		apply(t, ctx, l, step{op: "forget", i: i})
+	}
+	mustClose(t, l)
+	// n commit groups, plus at most one sync of trailing forgets at Close.
+	if s := syncs.Load(); s > n+1 {
+		t.Fatalf("%d syncs for %d decisions: forgets are synced on their own", s, n)
+	}
+	if h.syncedSize(segFiles(t, dir)[0]) != mustSize(t, segFiles(t, dir)[0]) {
+		t.Fatal("Close left forget records unsynced")
+	}
+}
+
+func mustSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
