@@ -1,0 +1,746 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/xadb/xa/xa"
+)
+
+// state is where a branch is, as far as this package knows.
+type state int
+
+const (
+	stIdle         state = 1 + iota // no statement sent: XA START is still deferred
+	stActive                        // XA START done, work going on
+	stRollbackOnly                  // the server made the branch rollback-only (deadlock)
+	stLost                          // the session broke before prepare: the server rolls the branch back
+	stPrepared                      // XA PREPARE done, the session still pinned
+	stDone                          // ended; the session is released
+)
+
+func (s state) String() string {
+	switch s {
+	case stIdle:
+		return "idle"
+	case stActive:
+		return "active"
+	case stRollbackOnly:
+		return "rollback-only"
+	case stLost:
+		return "lost"
+	case stPrepared:
+		return "prepared"
+	case stDone:
+		return "done"
+	}
+	return "state(invalid)"
+}
+
+var (
+	errRollingBack = errors.New("mysql: the branch is being rolled back")
+	errClosing     = errors.New("mysql: the branch is being closed")
+	errEnded       = errors.New("mysql: the branch has ended")
+)
+
+// branch implements xa.Branch on one pinned session.
+type branch struct {
+	rm  *RM
+	xid xa.XID
+	lit string // the XID literal, built once
+
+	// work is Start's context, also cancelled by Rollback and Close: it
+	// bounds every statement of the branch.
+	work     context.Context
+	stopWork context.CancelCauseFunc
+
+	conn *Conn
+
+	mu      sync.Mutex // serialises statements and TM calls
+	s       *session   // nil once released
+	state   state
+	reason  error  // why the branch is rollback-only or lost
+	tainted bool   // a statement may have changed autocommit: discard the session at the end
+	pending *guard // left armed by a query whose rows may still be read
+	origin  xa.Origin
+}
+
+var (
+	_ xa.Branch            = (*branch)(nil)
+	_ xa.OnePhaseCommitter = (*branch)(nil)
+	_ xa.Idler             = (*branch)(nil)
+	_ xa.OriginReporter    = (*branch)(nil)
+)
+
+// Session returns the branch's *Conn.
+func (b *branch) Session() any { return b.conn }
+
+// Idle reports whether no statement has reached the database yet.
+func (b *branch) Idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state == stIdle
+}
+
+// Origin returns the session that prepared the branch and when. Session is
+// 0 when the server detached the branch at prepare (MySQL 8.0.29+ with
+// xa_detach_on_prepare=ON): nobody needs to wait for that session.
+func (b *branch) Origin() xa.Origin {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.origin
+}
+
+func (b *branch) err(op string, kind, err error) error { return b.rm.rmError(op, b.xid, kind, err) }
+
+// end releases the session: to the pool when clean, else closed.
+func (b *branch) end(clean bool) {
+	b.disarm()
+	if b.s != nil {
+		b.s.release(clean && !b.tainted)
+		b.s = nil
+	}
+	b.state = stDone
+	b.stopWork(errEnded)
+}
+
+// disarm stops the guard a query left armed, waiting for a kill it may be
+// delivering.
+func (b *branch) disarm() {
+	if b.pending != nil {
+		b.pending.stop()
+		b.pending = nil
+	}
+}
+
+// markLost records that the session broke while the branch was not
+// prepared: the server rolls it back.
+func (b *branch) markLost(err error) {
+	b.reason = err
+	b.disarm()
+	if b.s != nil {
+		b.s.discard()
+		b.s = nil
+	}
+	b.state = stLost
+	b.stopWork(errEnded)
+}
+
+// Prepare ends the branch's work with XA END and XA PREPARE in one round
+// trip.
+//
+//   - A branch that never ran a statement votes VoteReadOnly, without I/O.
+//   - A branch the server rolled back or made rollback-only (deadlock)
+//     votes VoteAbort with an ErrRolledBack error carrying the server's
+//     reason; Prepare sends XA ROLLBACK itself and releases the session.
+//   - A lost reply votes VoteAbort with ErrOutcomeUnknown: the branch may
+//     be prepared; the session is closed and the TM rolls back by XID.
+//   - Any other refusal: the branch is rolled back on its session and the
+//     vote is VoteAbort with ErrRolledBack.
+func (b *branch) Prepare(ctx context.Context) (xa.Vote, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.disarm()
+	switch b.state {
+	case stIdle:
+		b.end(true)
+		return xa.VoteReadOnly, nil
+	case stLost:
+		b.state = stDone
+		return xa.VoteAbort, b.err(opPrepare, xa.ErrRolledBack, b.reason)
+	case stRollbackOnly:
+		reason := b.reason
+		b.rollbackAndEnd(ctx, false)
+		return xa.VoteAbort, b.err(opPrepare, xa.ErrRolledBack, reason)
+	case stActive:
+	default:
+		return xa.VoteAbort, b.err(opPrepare, xa.ErrInvalidState, fmt.Errorf("branch is %s", b.state))
+	}
+	err := b.s.exec(ctx, "XA END "+b.lit+"; XA PREPARE "+b.lit)
+	if err == nil {
+		b.state = stPrepared
+		b.origin = xa.Origin{Session: b.s.id, Prepared: time.Now()}
+		if b.s.server.detachOnPrepare {
+			b.origin.Session = 0
+		}
+		return xa.VotePrepared, nil
+	}
+	if connectionLost(err) {
+		// The branch may be prepared: recovery rolls it back by XID once
+		// this session is gone, and needs to know which one it was.
+		b.origin = xa.Origin{Session: b.s.id, Prepared: time.Now()}
+		b.end(false)
+		return xa.VoteAbort, b.err(opPrepare, xa.ErrOutcomeUnknown, err)
+	}
+	// The server answered with an error: the branch is not prepared.
+	// Whatever state XA END / XA PREPARE left it in, roll it back.
+	b.rollbackAndEnd(ctx, errNumber(err) != erXAERRMFail || rmfailState(err) == "ACTIVE")
+	return xa.VoteAbort, b.err(opPrepare, xa.ErrRolledBack, err)
+}
+
+// rollbackAndEnd rolls the not-prepared branch back on its session and
+// releases the session; if that fails the session is closed, which rolls
+// the branch back too.
+func (b *branch) rollbackAndEnd(ctx context.Context, active bool) {
+	err := b.rollbackOnSession(context.WithoutCancel(ctx), active)
+	if err != nil {
+		b.rm.log.Debug("mysql: XA ROLLBACK of a refused branch failed; closing its session", "xid", b.xid, "err", err)
+	}
+	b.end(err == nil)
+}
+
+// rollbackOnSession sends XA ROLLBACK for the branch on its session,
+// preceded by XA END when the branch is active, and follows the server's
+// word when it names another state (1399). It returns nil when the session
+// carries no branch any more (rolled back, or unknown to the server).
+func (b *branch) rollbackOnSession(ctx context.Context, active bool) error {
+	rollback := "XA ROLLBACK " + b.lit
+	q := rollback
+	if active {
+		q = "XA END " + b.lit + "; " + rollback
+	}
+	var err error
+	for range 3 {
+		err = b.s.exec(ctx, q)
+		switch errNumber(err) {
+		case 0:
+			return err
+		case erXAERNota, erXARBRollback, erXARBTimeout, erXARBDeadlock:
+			// Unknown to the server, or rolled back by it: gone.
+			return nil
+		case erXAERRMFail:
+			switch rmfailState(err) {
+			case "ACTIVE":
+				q = "XA END " + b.lit + "; " + rollback
+				continue
+			case "IDLE", "PREPARED", "ROLLBACK ONLY":
+				// MariaDB: a rollback-only branch refuses XA END but
+				// takes XA ROLLBACK.
+				q = rollback
+				continue
+			}
+		}
+		return err
+	}
+	return err
+}
+
+// Commit commits the prepared branch on the session that prepared it
+// (required on MariaDB, where the branch stays attached to it).
+//
+// Errors: ErrRetryable (lock wait timeout, or ctx ended and the server
+// interrupted XA COMMIT): the branch is still prepared and the session
+// still pinned; call Commit again. ErrUnknownXID: the session no longer
+// holds the branch. ErrRolledBack: the server rolled it back.
+// ErrOutcomeUnknown: the reply was lost; the session is closed, so the
+// branch (if still prepared) is detached and can be committed by XID
+// (RM.Commit) once that session is gone.
+func (b *branch) Commit(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.disarm()
+	if b.state != stPrepared {
+		return b.err(opCommit, xa.ErrInvalidState, fmt.Errorf("branch is %s, not prepared", b.state))
+	}
+	err := b.s.exec(ctx, "XA COMMIT "+b.lit)
+	var ce *cancelledError
+	switch {
+	case err == nil:
+		b.end(true)
+		return nil
+	case connectionLost(err):
+		b.end(false)
+		return b.err(opCommit, xa.ErrOutcomeUnknown, err)
+	case errors.As(err, &ce):
+		// The server answered (or nothing was sent): not committed.
+		return b.err(opCommit, xa.ErrRetryable, err)
+	}
+	kind := classify(opCommit, err)
+	switch kind {
+	case xa.ErrRetryable:
+		return b.err(opCommit, kind, err)
+	case xa.ErrUnknownXID, xa.ErrRolledBack:
+		b.end(true)
+	default:
+		// The session may still hold the prepared branch: close it so
+		// that the server detaches the branch for recovery.
+		b.end(false)
+	}
+	return b.err(opCommit, kind, err)
+}
+
+// Rollback rolls the branch back in any state. A statement still running
+// on the session is cancelled on the server first. A branch that never
+// started, or whose session broke before prepare, needs no I/O. After
+// ErrRetryable (a prepared branch whose XA ROLLBACK hit a lock wait
+// timeout) the session is still pinned and Rollback may be called again;
+// after any other error the session is closed and a prepared branch is
+// left to recovery.
+func (b *branch) Rollback(ctx context.Context) error {
+	b.stopWork(errRollingBack)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.disarm()
+	switch b.state {
+	case stIdle:
+		b.end(true)
+		return nil
+	case stLost, stDone:
+		b.state = stDone
+		return nil
+	}
+	prepared := b.state == stPrepared
+	err := b.rollbackOnSession(ctx, b.state == stActive)
+	var ce *cancelledError
+	switch {
+	case err == nil:
+		b.end(true)
+		return nil
+	case connectionLost(err):
+		b.end(false)
+		if !prepared {
+			// A branch that is not prepared dies with its session.
+			return nil
+		}
+		return b.err(opRollback, xa.ErrOutcomeUnknown, err)
+	case prepared && (errors.As(err, &ce) || errNumber(err) == erLockWaitTimeout):
+		return b.err(opRollback, xa.ErrRetryable, err)
+	}
+	b.end(false)
+	if !prepared {
+		return nil // closing the session rolled it back
+	}
+	return b.err(opRollback, classify(opRollback, err), err)
+}
+
+// CommitOnePhase commits the branch without preparing it (XA END and XA
+// COMMIT ONE PHASE in one round trip), when it is the only branch that did
+// work. A branch that never ran a statement commits with no I/O. Whatever
+// the outcome, the session is released; ErrOutcomeUnknown means the reply
+// was lost and the commit may or may not have happened. Any other error:
+// the branch is rolled back (ErrRolledBack).
+func (b *branch) CommitOnePhase(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.disarm()
+	switch b.state {
+	case stIdle:
+		b.end(true)
+		return nil
+	case stLost:
+		b.state = stDone
+		return b.err(opCommit1P, xa.ErrRolledBack, b.reason)
+	case stRollbackOnly:
+		reason := b.reason
+		b.rollbackAndEnd(ctx, false)
+		return b.err(opCommit1P, xa.ErrRolledBack, reason)
+	case stActive:
+	default:
+		return b.err(opCommit1P, xa.ErrInvalidState, fmt.Errorf("branch is %s", b.state))
+	}
+	err := b.s.exec(ctx, "XA END "+b.lit+"; XA COMMIT "+b.lit+" ONE PHASE")
+	switch {
+	case err == nil:
+		b.end(true)
+		return nil
+	case connectionLost(err):
+		b.end(false)
+		return b.err(opCommit1P, xa.ErrOutcomeUnknown, err)
+	}
+	b.rollbackAndEnd(ctx, errNumber(err) != erXAERRMFail || rmfailState(err) == "ACTIVE")
+	return b.err(opCommit1P, xa.ErrRolledBack, err)
+}
+
+// Close releases the session without ending the branch (see xa.Branch): a
+// prepared branch stays prepared and its session is closed, never pooled,
+// so that the server detaches it; an active branch dies with its session.
+// A statement still running is cancelled first.
+func (b *branch) Close() error {
+	b.stopWork(errClosing)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case stDone:
+		return nil
+	case stLost:
+		b.state = stDone
+		return nil
+	case stIdle:
+		b.end(true)
+		return nil
+	}
+	b.end(false)
+	return nil
+}
+
+// ready checks, before a statement is sent, that the branch takes work,
+// and screens the statement.
+func (b *branch) ready(ctx context.Context, query string) error {
+	b.disarm()
+	switch b.state {
+	case stIdle, stActive:
+	case stRollbackOnly, stLost:
+		return b.err(opExec, xa.ErrRolledBack, b.reason)
+	default:
+		return b.err(opExec, xa.ErrBranchDone, fmt.Errorf("branch is %s", b.state))
+	}
+	if b.work.Err() != nil {
+		return &cancelledError{ctxErr: ctxError(b.work)}
+	}
+	if ctx.Err() != nil {
+		return &cancelledError{ctxErr: ctxError(ctx)}
+	}
+	kw := firstKeyword(query)
+	if kw == "XA" || (kw == "SET" && containsFold(query, "autocommit")) {
+		return b.err(opExec, xa.ErrTransactionControl, fmt.Errorf("refused, not sent: %.60q", query))
+	}
+	if containsFold(query, "autocommit") {
+		// Perhaps a SET autocommit hidden in a multi-statement query:
+		// MariaDB accepts it inside a branch, and a pooled session with
+		// autocommit=0 would answer 1400 to later XA commands.
+		b.tainted = true
+	}
+	return nil
+}
+
+// start sends XA START on its own (when it cannot share a round trip with
+// the first statement).
+func (b *branch) start(ctx context.Context) error {
+	b.s.dc.xa.Store(true)
+	drv, g := b.s.watch(ctx, b.work)
+	_, err := b.s.conn.ExecContext(drv, "XA START "+b.lit)
+	cause := g.stop()
+	return b.started(err, cause)
+}
+
+// started sets the state after a round trip that began with XA START and
+// returns the error to report for XA START itself, nil if it succeeded.
+func (b *branch) started(err error, cause error) error {
+	switch {
+	case err == nil:
+		b.state = stActive
+		return nil
+	case connectionLost(err):
+		b.markLost(err)
+		return b.err(opStart, xa.ErrRolledBack, err)
+	}
+	switch errNumber(err) {
+	case erXAERInval, erXAERDupID:
+		// XA START itself was refused; nothing after it ran.
+		return b.err(opStart, classify(opStart, err), err)
+	case erXAEROutside:
+		// The pooled session was inside a local transaction: refused,
+		// and the session must not be reused.
+		b.tainted = true
+		return b.err(opStart, classify(opStart, err), err)
+	}
+	// We cannot tell whether XA START took effect: the session will be
+	// closed at the end, which rolls back whatever it holds.
+	b.tainted = true
+	if cause != nil {
+		return b.err(opStart, nil, &cancelledError{ctxErr: cause, serverErr: err})
+	}
+	return b.err(opStart, classify(opStart, err), err)
+}
+
+// firstKeyword returns the first word of a statement in upper case,
+// skipping white space, comments and opening parentheses.
+func firstKeyword(q string) string {
+	i := 0
+	for i < len(q) {
+		switch c := q[i]; {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '(':
+			i++
+		case c == '#' || (c == '-' && i+2 < len(q) && q[i+1] == '-' && (q[i+2] == ' ' || q[i+2] == '\t' || q[i+2] == '\n')):
+			for i < len(q) && q[i] != '\n' {
+				i++
+			}
+		case c == '/' && i+1 < len(q) && q[i+1] == '*':
+			if i+2 < len(q) && (q[i+2] == '!' || q[i+2] == 'M') {
+				// Executable comment (/*! ... */, /*M! ... */): its content
+				// is code.
+				i += 3
+				for i < len(q) && (q[i] == '!' || q[i] >= '0' && q[i] <= '9') {
+					i++
+				}
+				continue
+			}
+			end := i + 2
+			for end+1 < len(q) && !(q[end] == '*' && q[end+1] == '/') {
+				end++
+			}
+			i = end + 2
+		default:
+			j := i
+			for j < len(q) && (q[j] >= 'a' && q[j] <= 'z' || q[j] >= 'A' && q[j] <= 'Z' || q[j] == '_') {
+				j++
+			}
+			w := []byte(q[i:j])
+			for k, c := range w {
+				if c >= 'a' && c <= 'z' {
+					w[k] = c - 'a' + 'A'
+				}
+			}
+			return string(w)
+		}
+	}
+	return ""
+}
+
+// transactionControl reports whether a statement's first word ends, begins
+// or otherwise controls the transaction.
+func transactionControl(kw string) bool {
+	switch kw {
+	case "COMMIT", "ROLLBACK", "BEGIN", "START", "XA", "SET":
+		return true
+	}
+	return false
+}
+
+// Conn is the application's handle on a branch's session (what
+// Branch.Session returns): statements run on the one database session the
+// branch owns. It has no Begin, Commit or Rollback: the transaction
+// manager ends the branch. The server refuses COMMIT, BEGIN, DDL and the
+// like inside a branch (an *xa.Error with ErrInvalidState, and
+// ErrTransactionControl for COMMIT/ROLLBACK/BEGIN/START); Conn itself
+// refuses XA statements and SET autocommit without sending them.
+//
+// The context of each call bounds that statement; the context given to
+// Start bounds them all. When either ends while a statement runs, the
+// statement is cancelled on the server (KILL QUERY) and the call returns an
+// error matching the context's error; the branch stays usable and can be
+// rolled back. A Conn is for one goroutine at a time, like a transaction.
+//
+// A branch's first statement carries XA START with it in one round trip
+// when it is ExecContext (and go-sql-driver can interpolate its
+// arguments); a first QueryContext or QueryRowContext sends XA START on
+// its own first.
+type Conn struct {
+	b *branch
+}
+
+// ExecContext runs a statement that returns no rows. The result's
+// RowsAffected and LastInsertId are those of query (of its last statement
+// if it holds several).
+func (c *Conn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.ready(ctx, query); err != nil {
+		return nil, err
+	}
+	if b.state == stIdle {
+		res, err, done := b.execFirst(ctx, query, args)
+		if done {
+			return res, err
+		}
+		// Not interpolable: XA START on its own, then the statement as
+		// database/sql would run it (a server-side prepared statement).
+		if err := b.start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	drv, g := b.s.watch(ctx, b.work)
+	res, err := b.s.conn.ExecContext(drv, query, args...)
+	return res, b.statementDone(query, err, g.stop())
+}
+
+// execFirst tries to send "XA START x; query" in one round trip, with the
+// arguments interpolated by go-sql-driver. done is false when nothing was
+// sent because the arguments cannot be interpolated (the driver would fall
+// back to a server-side prepared statement, which cannot carry two
+// statements).
+func (b *branch) execFirst(ctx context.Context, query string, args []any) (res sql.Result, err error, done bool) {
+	var nv []driver.NamedValue
+	b.s.dc.xa.Store(true)
+	drv, g := b.s.watch(ctx, b.work)
+	var sendErr error
+	rawErr := b.s.conn.Raw(func(dc any) error {
+		w := dc.(*drvConn)
+		var ok bool
+		if nv, ok = namedValues(w, args); !ok {
+			return errNotSent
+		}
+		r, err := w.ExecContext(drv, "XA START "+b.lit+"; "+query, nv)
+		if errors.Is(err, driver.ErrSkip) {
+			return errNotSent
+		}
+		if r != nil {
+			res = r
+		}
+		sendErr = err
+		if errors.Is(err, driver.ErrBadConn) {
+			return err // let database/sql close the connection
+		}
+		return nil
+	})
+	cause := g.stop()
+	if errors.Is(rawErr, errNotSent) {
+		b.s.dc.xa.Store(false)
+		return nil, nil, false
+	}
+	if rawErr != nil && sendErr == nil {
+		sendErr = rawErr
+	}
+	if sendErr == nil {
+		b.state = stActive
+		return res, nil, true
+	}
+	if connectionLost(sendErr) {
+		b.markLost(sendErr)
+		return nil, b.err(opExec, xa.ErrRolledBack, sendErr), true
+	}
+	switch errNumber(sendErr) {
+	case erXAERInval, erXAEROutside, erXAERDupID:
+		// Only XA START answers these: it was refused, the statement did
+		// not run.
+		return nil, b.started(sendErr, nil), true
+	case erXAERRMFail, erQueryInterrupted:
+		// Refused by XA START, or by the statement after it, or
+		// interrupted by a kill at either: ask the server.
+		if err := b.probeStarted(); err != nil {
+			return nil, err, true
+		}
+	default:
+		if cause != nil && errNumber(sendErr) == 0 {
+			if err := b.probeStarted(); err != nil {
+				return nil, err, true
+			}
+		} else {
+			// XA START ran; the statement after it failed.
+			b.state = stActive
+		}
+	}
+	return nil, b.statementDone(query, sendErr, cause), true
+}
+
+// errNotSent says that execFirst sent nothing.
+var errNotSent = errors.New("mysql: not sent")
+
+// probeStarted finds out whether XA START took effect after an ambiguous
+// error by sending it again: 1399 means it had (the branch is active or
+// rollback-only); success means it had not, and has now.
+func (b *branch) probeStarted() error {
+	err := b.s.exec(context.Background(), "XA START "+b.lit)
+	switch {
+	case err == nil:
+		b.state = stActive
+		return nil
+	case errNumber(err) == erXAERRMFail:
+		b.state = stActive
+		if rmfailState(err) == "ROLLBACK ONLY" {
+			b.state = stRollbackOnly
+			b.reason = err
+		}
+		return nil
+	}
+	return b.started(err, nil)
+}
+
+// namedValues converts args as database/sql would for go-sql-driver
+// (driverArgsConnLocked with the connection's NamedValueChecker). ok is
+// false for anything the fast path does not handle: named or output
+// arguments, or a conversion error (database/sql reports it then).
+func namedValues(c driver.NamedValueChecker, args []any) ([]driver.NamedValue, bool) {
+	if len(args) == 0 {
+		return nil, true
+	}
+	nv := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		switch a.(type) {
+		case sql.NamedArg, sql.Out:
+			return nil, false
+		}
+		nv[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+		if err := c.CheckNamedValue(&nv[i]); err != nil {
+			return nil, false
+		}
+	}
+	return nv, true
+}
+
+// statementDone turns the error of an application statement into what the
+// caller sees, and updates the branch state: a broken session loses the
+// branch, a deadlock makes it rollback-only, a cancelled statement reports
+// the context's error.
+func (b *branch) statementDone(query string, err error, cause error) error {
+	if err == nil {
+		return nil
+	}
+	if connectionLost(err) {
+		b.markLost(err)
+		return b.err(opExec, xa.ErrRolledBack, err)
+	}
+	if rolledBackByServer(err) {
+		b.state = stRollbackOnly
+		b.reason = err
+		return b.err(opExec, xa.ErrRolledBack, err)
+	}
+	if cause != nil && interrupted(err) {
+		return &cancelledError{ctxErr: cause, serverErr: err}
+	}
+	switch errNumber(err) {
+	case erXAERRMFail, erXAEROutside:
+		if transactionControl(firstKeyword(query)) {
+			// COMMIT, BEGIN ... refused by the server inside the branch.
+			err = fmt.Errorf("%w: %w", xa.ErrTransactionControl, err)
+		}
+		return b.err(opExec, xa.ErrInvalidState, err)
+	}
+	return err
+}
+
+// QueryContext runs a query on the branch's session. As the first
+// statement of the branch it costs an extra round trip for XA START.
+// Until the rows are closed, the contexts keep bounding the query.
+func (c *Conn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.ready(ctx, query); err != nil {
+		return nil, err
+	}
+	if b.state == stIdle {
+		if err := b.start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	drv, g := b.s.watch(ctx, b.work)
+	rows, err := b.s.conn.QueryContext(drv, query, args...)
+	if err != nil {
+		return nil, b.statementDone(query, err, g.stop())
+	}
+	b.pending = g
+	return rows, nil
+}
+
+// QueryRowContext runs a query expected to return at most one row; errors
+// are deferred to Row.Scan, as with database/sql.
+func (c *Conn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.ready(ctx, query); err != nil {
+		return errRow(err)
+	}
+	if b.state == stIdle {
+		if err := b.start(ctx); err != nil {
+			return errRow(err)
+		}
+	}
+	drv, g := b.s.watch(ctx, b.work)
+	row := b.s.conn.QueryRowContext(drv, query, args...)
+	if err := row.Err(); err != nil {
+		if mapped := b.statementDone(query, err, g.stop()); mapped != err {
+			return errRow(mapped)
+		}
+		return row
+	}
+	b.pending = g
+	return row
+}

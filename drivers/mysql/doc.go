@@ -1,0 +1,84 @@
+// Package mysql is the transaction manager's resource manager for MySQL 8
+// and MariaDB 10.5+: it drives XA branches with XA START/END/PREPARE/
+// COMMIT/ROLLBACK over github.com/go-sql-driver/mysql and implements
+// xa.ResourceManager.
+//
+// # What the package owns
+//
+//   - A pool of sessions (database/sql over go-sql-driver, with
+//     multiStatements and interpolateParams set on its own copy of the
+//     DSN). A branch pins one session from Start until it ends; a session
+//     that may still hold a branch is closed, never pooled (the pool would
+//     hand a prepared branch, its locks and a 1399/1400 to the next user).
+//   - The XID literal: XIDs are validated and written as hex literals
+//     X'gtrid',X'bqual',formatID by this package only; they are never bind
+//     parameters, and no byte of an XID can leave its literal.
+//   - Round trips: XA START rides with the branch's first ExecContext;
+//     XA END and XA PREPARE go together, as do XA END and XA COMMIT ONE
+//     PHASE. A branch that never ran a statement costs no round trip and
+//     votes read-only. CONNECTION_ID() is read once per physical
+//     connection.
+//   - Cancellation: when a statement's context or the branch's (Start's)
+//     context ends, the statement is interrupted on the server with KILL
+//     QUERY from a small side pool; the session and its branch survive and
+//     can be rolled back. go-sql-driver never sees those contexts (it would
+//     close the connection).
+//   - Error mapping: every XA error becomes an *xa.Error with one of the
+//     xa error kinds and the *mysql.MySQLError inside (see classify).
+//   - Phase 2 from elsewhere (RM.Commit/RM.Rollback), recovery listing
+//     (Recover), the start-up check (Check) and an estimate of prepared
+//     branches that XA RECOVER does not show (UnlistedPrepared).
+//
+// # Usage
+//
+// The caller (normally xa's coordinator) must:
+//
+//  1. Open one RM per participant database, with a Name that is stable
+//     across restarts, and Close it at the end.
+//  2. Start a branch per global transaction and run the application's
+//     statements through Branch.Session().(*Conn). Use one goroutine at a
+//     time per Conn, and close Rows before the next statement.
+//  3. Prepare every branch; then Commit or Rollback each prepared branch
+//     on the Branch (same session), or CommitOnePhase a single branch.
+//  4. Record Branch.Origin() (an xa.OriginReporter) with the commit
+//     decision: when phase 2 has to be done elsewhere, RM.Commit and
+//     RM.Rollback use it to wait until the preparing session is gone.
+//  5. Treat ErrRetryable as "try again later", ErrOutcomeUnknown as "ask
+//     the decision log", and ErrUnknownXID after a commit as ambiguous
+//     (fact 7 of xa-facts.md): never as success by itself.
+//  6. Not set autocommit, change the default database or leave other
+//     session state behind on a branch session: the session goes back to
+//     the pool after the branch. (SET autocommit is refused; other session
+//     state is the caller's business, as with database/sql.)
+//
+// multiStatements=true is needed for the combined round trips; it also
+// lets a query hold several statements, so build SQL with arguments, never
+// by pasting untrusted text.
+//
+// # MariaDB and MySQL 8
+//
+// MariaDB (every version), MySQL before 8.0.29 and MySQL with
+// xa_detach_on_prepare=OFF keep a prepared branch attached to the session
+// that prepared it until that session disconnects. Another session gets
+// 1397 (unknown XID) meanwhile, and committing from another session while
+// the preparing one is still closing can even answer success without
+// committing (measured, fact 7). So phase 2 runs on the preparing session,
+// Branch.Origin reports that session's CONNECTION_ID(), and RM.Commit and
+// RM.Rollback refuse (ErrRetryable) while that connection id is still in
+// the process list, unless the server restarted since the prepare.
+//
+// MySQL 8.0.29+ with xa_detach_on_prepare=ON (its default) detaches the
+// branch at XA PREPARE; Origin then reports Session 0 and nobody waits.
+// These code paths (marked "MySQL 8" in the source) follow the MySQL
+// documentation; the tests here run against MariaDB.
+//
+// Other differences the package handles: MySQL 8 needs XA_RECOVER_ADMIN for
+// XA RECOVER (1401, reported by Check with the GRANT to run), MariaDB needs
+// no privilege for it and lists every user's branches. After a deadlock
+// MariaDB 10.11 answers statements, XA END and XA PREPARE of the branch with
+// 1399 "... in the ROLLBACK ONLY state" (MySQL 8: 1614); both mean
+// rollback-only, and XA ROLLBACK works directly from that state. MariaDB
+// answers 1402 to XA COMMIT or XA ROLLBACK of a detached prepared branch
+// that wrote nothing. MariaDB accepts SET autocommit inside a branch (fact 4
+// says 1399): Conn refuses it instead.
+package mysql

@@ -1,0 +1,310 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/xadb/xa/internal/dbtest"
+	"github.com/xadb/xa/xa"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// openRM opens an RM on db with the start-up check, closed when t ends.
+func openRM(t testing.TB, dsn string, tweak ...func(*Config)) *RM {
+	t.Helper()
+	cfg := Config{Name: "mysql-test", DSN: dsn}
+	if testing.Verbose() && os.Getenv("XA_TEST_LOG") != "" {
+		cfg.Logger = testLogger(t)
+	}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rm, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { rm.Close() })
+	return rm
+}
+
+// rawDB opens a plain go-sql-driver handle (multi statements allowed) for
+// setting up and inspecting what the RM did, closed when t ends.
+func rawDB(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	c, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.MultiStatements = true
+	c.InterpolateParams = true
+	db, err := sql.Open("mysql", c.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func mustExec(t testing.TB, db interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, q string, args ...any) {
+	t.Helper()
+	if _, err := db.ExecContext(context.Background(), q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// setup returns a fresh database with table kv (k INT PRIMARY KEY, v INT)
+// and a raw handle on it.
+func setup(t testing.TB) (*dbtest.DB, *sql.DB) {
+	t.Helper()
+	db := dbtest.MySQLDB(t)
+	raw := rawDB(t, db.DSN())
+	mustExec(t, raw, "CREATE TABLE kv (k INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
+	return db, raw
+}
+
+var xidSeq atomic.Int64
+
+// newXID returns a fresh XID of this project's scheme.
+func newXID(t testing.TB) xa.XID {
+	t.Helper()
+	g, err := xa.NewGlobalID("mysqltest", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.Branch(int(xidSeq.Add(1) % 10000))
+}
+
+func getV(t testing.TB, db *sql.DB, k int) (int, bool) {
+	t.Helper()
+	var v int
+	err := db.QueryRowContext(context.Background(), "SELECT v FROM kv WHERE k = ?", k).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, true
+}
+
+// recoverList returns XA RECOVER of raw as literals.
+func recoverList(t testing.TB, db *sql.DB) []xa.PreparedBranch {
+	t.Helper()
+	ps, err := recoverOn(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+func listedIn(ps []xa.PreparedBranch, x xa.XID) bool {
+	for _, p := range ps {
+		if p.XID.Equal(x) {
+			return true
+		}
+	}
+	return false
+}
+
+// conn returns the branch's *Conn.
+func conn(b xa.Branch) *Conn { return b.Session().(*Conn) }
+
+func sessionID(t testing.TB, c *Conn) uint64 {
+	t.Helper()
+	var id uint64
+	if err := c.QueryRowContext(context.Background(), "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func inProcessList(t testing.TB, db *sql.DB, id uint64) bool {
+	t.Helper()
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// waitGone waits until session id has left the process list.
+func waitGone(t testing.TB, db *sql.DB, id uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for inProcessList(t, db, id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("session %d still in the process list", id)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func wantKind(t testing.TB, err error, kind error) {
+	t.Helper()
+	if !errors.Is(err, kind) {
+		t.Fatalf("error %v: want kind %v", err, kind)
+	}
+	var xe *xa.Error
+	if !errors.As(err, &xe) {
+		t.Fatalf("error %v (%T) is not an *xa.Error", err, err)
+	}
+}
+
+func wantMySQLErr(t testing.TB, err error, number uint16) {
+	t.Helper()
+	var me *gomysql.MySQLError
+	if !errors.As(err, &me) || me.Number != number {
+		t.Fatalf("error %v: want server error %d", err, number)
+	}
+}
+
+// wire is a test network for go-sql-driver (a DSN "user@<name>(addr)/db"):
+// plain TCP that counts the commands the client sends and can cut a
+// connection right after the server answered the next command, as a lost
+// reply would.
+type wire struct {
+	name     string
+	commands atomic.Int64
+	mu       sync.Mutex
+	cutNext  bool
+	cuts     atomic.Int64
+}
+
+var wireSeq atomic.Int64
+
+func newWire(t testing.TB) *wire {
+	w := &wire{name: fmt.Sprintf("xatest%d", wireSeq.Add(1))}
+	gomysql.RegisterDialContext(w.name, func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return &wireConn{Conn: c, w: w}, nil
+	})
+	return w
+}
+
+// dsn rewrites a tcp DSN to go through w.
+func (w *wire) dsn(t testing.TB, dsn string) string {
+	c, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Net = w.name
+	return c.FormatDSN()
+}
+
+// armCut makes the next command on any connection of w the last: the
+// command reaches the server, the server's reply is swallowed and the
+// connection is closed.
+func (w *wire) armCut() {
+	w.mu.Lock()
+	w.cutNext = true
+	w.mu.Unlock()
+}
+
+type wireConn struct {
+	net.Conn
+	w       *wire
+	pending int // bytes of the current client packet still to come
+	cut     atomic.Bool
+}
+
+func (c *wireConn) Write(b []byte) (int, error) {
+	// Count packets with sequence id 0: each starts a command.
+	commands := 0
+	for p := b; len(p) > 0; {
+		if c.pending > 0 {
+			n := min(c.pending, len(p))
+			c.pending -= n
+			p = p[n:]
+			continue
+		}
+		if len(p) < 4 {
+			break // headers are written whole by go-sql-driver
+		}
+		l := int(p[0]) | int(p[1])<<8 | int(p[2])<<16
+		if p[3] == 0 {
+			commands++
+		}
+		c.pending = l
+		p = p[4:]
+	}
+	c.w.commands.Add(int64(commands))
+	cut := false
+	if commands > 0 {
+		c.w.mu.Lock()
+		cut, c.w.cutNext = c.w.cutNext, false
+		c.w.mu.Unlock()
+	}
+	n, err := c.Conn.Write(b)
+	if cut && err == nil {
+		// Let the server execute and answer, swallow the answer, close.
+		buf := make([]byte, 64<<10)
+		for {
+			c.Conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			if _, err := c.Conn.Read(buf); err != nil {
+				break
+			}
+		}
+		c.cut.Store(true)
+		c.Conn.Close()
+		c.w.cuts.Add(1)
+	}
+	return n, err
+}
+
+func (c *wireConn) Read(b []byte) (int, error) {
+	if c.cut.Load() {
+		return 0, io.ErrUnexpectedEOF
+	}
+	return c.Conn.Read(b)
+}
+
+// closedPortDSN returns a DSN to a loopback port nobody listens on.
+func closedPortDSN(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	c := gomysql.NewConfig()
+	c.User, c.Net, c.Addr, c.DBName = "root", "tcp", addr, "x"
+	c.Timeout = 2 * time.Second
+	return c.FormatDSN()
+}
+
+func flavorOf(db *dbtest.DB) string { return db.Server.Flavor }
+
+func isMariaDB(db *dbtest.DB) bool { return strings.EqualFold(flavorOf(db), "mariadb") }
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -1,0 +1,382 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/xadb/xa/xa"
+)
+
+// Config configures a resource manager.
+type Config struct {
+	// Name identifies the participant (xa.ResourceManager.Name); required
+	// and stable across restarts.
+	Name string
+	// DSN is a go-sql-driver/mysql DSN. The RM sets multiStatements=true
+	// and interpolateParams=true on its own copy of it.
+	DSN string
+	// MaxConns bounds the pool (open and idle connections); default 32.
+	// Each live branch holds one connection.
+	MaxConns int
+	// Logger receives the RM's diagnostics; nil discards them.
+	Logger *slog.Logger
+	// SkipCheck makes Open neither ping the server nor run Check.
+	SkipCheck bool
+}
+
+// DefaultMaxConns is the pool size when Config.MaxConns is 0.
+const DefaultMaxConns = 32
+
+// sidePoolSize bounds the side pool that sends KILL QUERY, so that a
+// cancellation never waits for a connection of the (maybe exhausted) main
+// pool.
+const sidePoolSize = 4
+
+// RM is a MySQL/MariaDB resource manager: an xa.ResourceManager over a
+// pool of sessions. It is safe for concurrent use.
+type RM struct {
+	name   string
+	user   string // the DSN's user, for fix messages
+	addr   string
+	db     *sql.DB // sessions for branches and RM-level commands
+	side   *sql.DB // KILL QUERY only
+	log    *slog.Logger
+	closed atomic.Bool
+}
+
+var _ xa.ResourceManager = (*RM)(nil)
+
+// Open opens the RM's pool on cfg.DSN. Unless cfg.SkipCheck is set it
+// pings the server and runs Check, and fails (with ErrMisconfigured and
+// the fixes) when a finding fails.
+func Open(ctx context.Context, cfg Config) (*RM, error) {
+	if cfg.Name == "" {
+		return nil, &xa.Error{Op: opOpen, Kind: xa.ErrMisconfigured, Err: errors.New("mysql: Config.Name is required")}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	dsn, err := gomysql.ParseDSN(cfg.DSN)
+	if err != nil {
+		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Kind: xa.ErrMisconfigured, Err: fmt.Errorf("invalid DSN: %w", err)}
+	}
+	dsn.Logger = driverLogger{log}
+	main := dsn.Clone()
+	main.MultiStatements = true
+	main.InterpolateParams = true
+	inner, err := gomysql.NewConnector(main)
+	if err != nil {
+		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Kind: xa.ErrMisconfigured, Err: fmt.Errorf("DSN: %w", err)}
+	}
+	sideConnector, err := gomysql.NewConnector(dsn.Clone())
+	if err != nil {
+		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Kind: xa.ErrMisconfigured, Err: fmt.Errorf("DSN: %w", err)}
+	}
+	rm := &RM{
+		name: cfg.Name,
+		user: fmt.Sprintf("'%s'@'%%'", dsn.User),
+		addr: dsn.Addr,
+		db:   sql.OpenDB(&connector{inner: inner}),
+		side: sql.OpenDB(sideConnector),
+		log:  log.With("rm", cfg.Name),
+	}
+	n := cfg.MaxConns
+	if n <= 0 {
+		n = DefaultMaxConns
+	}
+	rm.db.SetMaxOpenConns(n)
+	rm.db.SetMaxIdleConns(n)
+	rm.side.SetMaxOpenConns(sidePoolSize)
+	rm.side.SetMaxIdleConns(1)
+	if cfg.SkipCheck {
+		return rm, nil
+	}
+	if err := rm.db.PingContext(ctx); err != nil {
+		rm.Close()
+		kind := classify(opOpen, err)
+		if errNumber(err) == erBadDB {
+			kind = xa.ErrMisconfigured
+		}
+		return nil, rm.rmError(opOpen, xa.XID{}, kind, fmt.Errorf("cannot connect to %s as %q: %w", dsn.Addr, dsn.User, err))
+	}
+	fs, err := rm.Check(ctx)
+	for _, f := range fs {
+		level := slog.LevelInfo
+		if f.Severity != xa.SeverityOK {
+			level = slog.LevelWarn
+		}
+		rm.log.Log(ctx, level, "mysql: start-up check", "name", f.Name, "value", f.Value, "severity", f.Severity.String(), "fix", f.Fix)
+	}
+	if err != nil {
+		rm.Close()
+		return nil, err
+	}
+	return rm, nil
+}
+
+// erBadDB is ER_BAD_DB_ERROR: the DSN names an unknown database.
+const erBadDB = 1049
+
+// driverLogger sends go-sql-driver's messages to the RM's logger.
+type driverLogger struct{ log *slog.Logger }
+
+func (l driverLogger) Print(v ...any) { l.log.Debug("mysql: driver: " + fmt.Sprint(v...)) }
+
+// Close closes the pools. Branches still open lose their sessions when
+// they end.
+func (rm *RM) Close() error {
+	rm.closed.Store(true)
+	err := rm.db.Close()
+	if err2 := rm.side.Close(); err == nil {
+		err = err2
+	}
+	return err
+}
+
+// Name returns the participant name.
+func (rm *RM) Name() string { return rm.name }
+
+// Start opens branch xid on a session taken from the pool and pinned to
+// the branch until it ends. No SQL is sent: XA START goes with the
+// branch's first statement. The returned branch's Session() is a *Conn.
+//
+// An XID breaking a limit is refused with ErrInvalidXID before anything
+// is sent.
+func (rm *RM) Start(ctx context.Context, xid xa.XID) (xa.Branch, error) {
+	if err := xid.Validate(); err != nil {
+		return nil, rm.rmError(opStart, xid, xa.ErrInvalidXID, err)
+	}
+	if rm.closed.Load() {
+		return nil, rm.rmError(opStart, xid, nil, errors.New("resource manager closed"))
+	}
+	s, err := rm.newSession(ctx)
+	if err != nil {
+		return nil, rm.rmError(opStart, xid, nil, err)
+	}
+	b := &branch{rm: rm, xid: xid, lit: xidLiteral(xid), s: s, state: stIdle}
+	b.work, b.stopWork = context.WithCancelCause(ctx)
+	b.conn = &Conn{b: b}
+	return b, nil
+}
+
+// Commit commits the prepared branch xid from a pooled session (phase 2
+// elsewhere, recovery).
+//
+// MariaDB keeps a prepared branch attached to the session that prepared
+// it, and committing from another session while that one is still closing
+// can answer 1397 while the branch is still listed, or even answer success
+// without committing (xa-facts.md fact 7). So, when from.Session is set
+// and the server has not restarted since from.Prepared, Commit returns
+// ErrRetryable while that connection id is still in the process list. A
+// 1397 answer is checked against XA RECOVER: still listed means still
+// attached somewhere (ErrRetryable); not listed gives ErrUnknownXID
+// (committed already, or never prepared: only the decision log knows).
+// XA_RB* answers give ErrRolledBack: MariaDB answers 1402 to XA COMMIT of
+// a detached branch that wrote nothing.
+func (rm *RM) Commit(ctx context.Context, xid xa.XID, from xa.Origin) error {
+	return rm.finish(ctx, opCommit, xid, from)
+}
+
+// Rollback rolls back the prepared branch xid from a pooled session, with
+// the same wait for the preparing session as Commit. A branch the server
+// does not know and XA RECOVER does not list is gone: nil. So is one the
+// server reports rolled back (XA_RB*).
+func (rm *RM) Rollback(ctx context.Context, xid xa.XID, from xa.Origin) error {
+	return rm.finish(ctx, opRollback, xid, from)
+}
+
+func (rm *RM) finish(ctx context.Context, op string, xid xa.XID, from xa.Origin) (err error) {
+	if err := xid.Validate(); err != nil {
+		return rm.rmError(op, xid, xa.ErrInvalidXID, err)
+	}
+	s, err := rm.newSession(ctx)
+	if err != nil {
+		// Nothing was sent.
+		return rm.rmError(op, xid, xa.ErrRetryable, err)
+	}
+	clean := true
+	defer func() { s.release(clean) }()
+	if from.Session != 0 {
+		alive, err := rm.sessionAlive(ctx, s, from)
+		if err != nil {
+			clean = false
+			return rm.rmError(op, xid, xa.ErrRetryable, fmt.Errorf("checking the preparing session: %w", err))
+		}
+		if alive {
+			return rm.rmError(op, xid, xa.ErrRetryable, fmt.Errorf("preparing session %d still connected", from.Session))
+		}
+	}
+	verb := "XA COMMIT "
+	if op == opRollback {
+		verb = "XA ROLLBACK "
+	}
+	err = s.exec(ctx, verb+xidLiteral(xid))
+	var ce *cancelledError
+	switch {
+	case err == nil:
+		return nil
+	case connectionLost(err):
+		clean = false
+		return rm.rmError(op, xid, xa.ErrOutcomeUnknown, err)
+	case errors.As(err, &ce):
+		return rm.rmError(op, xid, xa.ErrRetryable, err)
+	}
+	switch errNumber(err) {
+	case erXAERNota:
+		listed, lerr := rm.listed(ctx, s, xid)
+		switch {
+		case lerr != nil:
+			return rm.rmError(op, xid, xa.ErrRetryable, fmt.Errorf("%w; then XA RECOVER failed: %w", err, lerr))
+		case listed:
+			return rm.rmError(op, xid, xa.ErrRetryable, fmt.Errorf("%w, but XA RECOVER lists the branch: still attached to another session", err))
+		case op == opRollback:
+			return nil
+		}
+		return rm.rmError(op, xid, xa.ErrUnknownXID, err)
+	case erXARBRollback, erXARBTimeout, erXARBDeadlock:
+		if op == opRollback {
+			return nil
+		}
+		return rm.rmError(op, xid, xa.ErrRolledBack, err)
+	case erXAERRMFail, erXAEROutside:
+		// The pooled session is in a state it should not be in.
+		clean = false
+	}
+	return rm.wrap(op, xid, err)
+}
+
+// sessionAlive reports whether the session that prepared a branch may still
+// hold it: the server has not restarted since from.Prepared and the
+// connection id is still in the process list. One round trip.
+func (rm *RM) sessionAlive(ctx context.Context, s *session, from xa.Origin) (bool, error) {
+	rows, err := s.conn.QueryContext(ctx, "SHOW GLOBAL STATUS LIKE 'Uptime'; SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = "+
+		strconv.FormatUint(from.Session, 10))
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	var name string
+	var uptime int64
+	if !rows.Next() {
+		return false, fmt.Errorf("SHOW GLOBAL STATUS LIKE 'Uptime' returned no row: %w", rows.Err())
+	}
+	if err := rows.Scan(&name, &uptime); err != nil {
+		return false, err
+	}
+	now := time.Now()
+	if !rows.NextResultSet() || !rows.Next() {
+		return false, fmt.Errorf("process list query returned no row: %w", rows.Err())
+	}
+	var n int
+	if err := rows.Scan(&n); err != nil {
+		return false, err
+	}
+	// The earliest the server can have started, on our clock (Uptime is
+	// whole seconds).
+	started := now.Add(-time.Duration(uptime+1) * time.Second)
+	if !from.Prepared.IsZero() && started.After(from.Prepared) {
+		// Restarted since the prepare: that session is gone, and its id
+		// may now belong to somebody else.
+		return false, nil
+	}
+	return n > 0, nil
+}
+
+// listed reports whether XA RECOVER lists xid.
+func (rm *RM) listed(ctx context.Context, s *session, xid xa.XID) (bool, error) {
+	ps, err := recoverOn(ctx, s.conn)
+	if err != nil {
+		return false, err
+	}
+	for _, p := range ps {
+		if p.XID.Equal(xid) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Recover lists every prepared branch the server holds (XA RECOVER), this
+// TM's and everybody else's; callers filter with xa.Owned. Raw is
+// X'gtrid',X'bqual',formatID; Prepared is zero (MySQL does not say).
+// Rows that are not valid XIDs are listed with a zero XID.
+func (rm *RM) Recover(ctx context.Context) ([]xa.PreparedBranch, error) {
+	ps, err := recoverOn(ctx, rm.db)
+	if err != nil {
+		return nil, rm.wrap(opRecover, xa.XID{}, err)
+	}
+	return ps, nil
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func recoverOn(ctx context.Context, q querier) ([]xa.PreparedBranch, error) {
+	rows, err := q.QueryContext(ctx, "XA RECOVER")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ps []xa.PreparedBranch
+	for rows.Next() {
+		var formatID, gl, bl int64
+		var data []byte
+		if err := rows.Scan(&formatID, &gl, &bl, &data); err != nil {
+			return nil, err
+		}
+		p, err := parseRecoverRow(formatID, gl, bl, data)
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, rows.Err()
+}
+
+// UnlistedPrepared estimates how many prepared InnoDB transactions XA
+// RECOVER does not show: "ghost" branches left by the race of fact 7, which
+// hold their locks and reappear in XA RECOVER after a restart. It needs the
+// PROCESS privilege (information_schema.INNODB_TRX).
+//
+// The estimate is the number of InnoDB transactions without a session
+// (trx_mysql_thread_id = 0, not being rolled back) minus the number of
+// branches XA RECOVER lists. It is exact when every listed branch is
+// detached from its session and wrote something. It undercounts while
+// listed branches are still attached to a live session or wrote nothing
+// (those have no session-less InnoDB transaction), and it can overcount
+// for a moment while InnoDB runs a background transaction of its own. A
+// result above 0 that persists means ghosts: restart the server, then run
+// recovery, which will find them in XA RECOVER.
+func (rm *RM) UnlistedPrepared(ctx context.Context) (int, error) {
+	rows, err := rm.db.QueryContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = 0 AND trx_state <> 'ROLLING BACK'; XA RECOVER")
+	if err != nil {
+		return 0, rm.wrap("unlisted", xa.XID{}, err)
+	}
+	defer rows.Close()
+	var orphans, listed int
+	if !rows.Next() {
+		return 0, rm.wrap("unlisted", xa.XID{}, fmt.Errorf("INNODB_TRX count returned no row: %w", rows.Err()))
+	}
+	if err := rows.Scan(&orphans); err != nil {
+		return 0, rm.wrap("unlisted", xa.XID{}, err)
+	}
+	if rows.NextResultSet() {
+		for rows.Next() {
+			listed++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, rm.wrap("unlisted", xa.XID{}, err)
+	}
+	return max(0, orphans-listed), nil
+}

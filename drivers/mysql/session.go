@@ -1,0 +1,165 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// session is one pooled connection pinned for a while: to a branch from
+// Start until the branch ends, or to one RM-level command.
+type session struct {
+	rm     *RM
+	conn   *sql.Conn
+	dc     *drvConn // reached once through conn.Raw; only its own fields are used outside Raw
+	id     uint64   // CONNECTION_ID()
+	server serverInfo
+}
+
+// newSession takes a connection from the pool and pins it.
+func (rm *RM) newSession(ctx context.Context) (*session, error) {
+	conn, err := rm.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{rm: rm, conn: conn}
+	err = conn.Raw(func(dc any) error {
+		w, ok := dc.(*drvConn)
+		if !ok {
+			return fmt.Errorf("mysql: pool connection is %T, not made by this package", dc)
+		}
+		s.dc, s.id, s.server = w, w.id, w.server
+		return nil
+	})
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// release ends the pin. A clean session (no XA branch can be attached, no
+// session state the next user would trip over) goes back to the pool; any
+// other is closed and never reused, so that the server detaches a prepared
+// branch or rolls back an active one.
+func (s *session) release(clean bool) {
+	if clean {
+		s.dc.xa.Store(false)
+		s.conn.Close()
+		return
+	}
+	s.discard()
+}
+
+// discard closes the session's connection instead of pooling it. Returning
+// driver.ErrBadConn from Raw makes database/sql close the driver connection
+// (database/sql.(*DB).putConn), and the xa flag makes sure no code path can
+// pool it again.
+func (s *session) discard() {
+	s.dc.xa.Store(true)
+	_ = s.conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = s.conn.Close() // sql.ErrConnDone: already closed by the line above
+	s.rm.log.Debug("mysql: session discarded", "session", s.id)
+}
+
+// exec runs an internal statement (XA commands) on the session while
+// watching ctx: when ctx ends the statement is cancelled on the server and
+// exec returns a *cancelledError once the server has answered.
+func (s *session) exec(ctx context.Context, query string) error {
+	if err := ctx.Err(); err != nil {
+		return &cancelledError{ctxErr: ctxError(ctx)}
+	}
+	drv, g := s.watch(ctx, nil)
+	_, err := s.conn.ExecContext(drv, query)
+	if cause := g.stop(); cause != nil && interrupted(err) {
+		return &cancelledError{ctxErr: cause, serverErr: err}
+	}
+	return err
+}
+
+// interrupted reports whether err is the server's answer to a statement
+// interrupted by KILL QUERY (rather than an answer of its own that
+// happened to cross the kill).
+func interrupted(err error) bool {
+	switch errNumber(err) {
+	case erQueryInterrupted, erSortAborted:
+		return true
+	}
+	return false
+}
+
+// guard cancels the statement running on a session when one of two
+// contexts ends, with KILL QUERY sent from the RM's side pool: the server
+// interrupts the statement and answers it with an error, and the session
+// (with the branch on it) survives. go-sql-driver never sees the caller's
+// context (it would close the connection); it gets a context of the
+// guard's own that is cancelled only if KILL QUERY cannot be delivered, as
+// a last resort.
+type guard struct {
+	s         *session
+	once      sync.Once
+	fired     chan struct{} // closed when the kill has been delivered (or failed)
+	cause     error
+	stopA     func() bool
+	stopB     func() bool
+	cancelDrv context.CancelFunc
+}
+
+// watch arms a guard for a and b (b may be nil) and returns the context
+// to hand to the driver.
+func (s *session) watch(a, b context.Context) (context.Context, *guard) {
+	drv, cancel := context.WithCancel(context.Background())
+	g := &guard{s: s, fired: make(chan struct{}), cancelDrv: cancel}
+	g.stopA = context.AfterFunc(a, func() { g.kill(a) })
+	if b != nil {
+		g.stopB = context.AfterFunc(b, func() { g.kill(b) })
+	}
+	return drv, g
+}
+
+func (g *guard) kill(ctx context.Context) {
+	g.once.Do(func() {
+		g.cause = ctxError(ctx)
+		if err := g.s.rm.killQuery(g.s.id); err != nil {
+			g.s.rm.log.Warn("mysql: KILL QUERY failed; closing the connection instead", "session", g.s.id, "err", err)
+			g.cancelDrv()
+		}
+		close(g.fired)
+	})
+}
+
+// stop disarms the guard. If it fired, stop waits until the kill has been
+// delivered, so that a late KILL QUERY cannot hit a later statement, and
+// returns the context's error.
+func (g *guard) stop() error {
+	a := g.stopA()
+	b := true
+	if g.stopB != nil {
+		b = g.stopB()
+	}
+	if a && b {
+		return nil
+	}
+	<-g.fired
+	return g.cause
+}
+
+// killQuery interrupts the statement running on session id. A session that
+// is gone (1094) is not an error.
+func (rm *RM) killQuery(id uint64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+	defer cancel()
+	_, err := rm.side.ExecContext(ctx, "KILL QUERY "+strconv.FormatUint(id, 10))
+	if errNumber(err) == erUnknownThreadID {
+		err = nil
+	}
+	rm.log.Debug("mysql: KILL QUERY", "session", id, "err", err)
+	return err
+}
+
+// killTimeout bounds one KILL QUERY on the side pool.
+const killTimeout = 5 * time.Second
