@@ -308,3 +308,17 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// retry calls f until it returns something other than an ErrRetryable
+// error, for at most 10 s, and returns that.
+func retry(t testing.TB, f func() error) error {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := f()
+		if !xa.Retryable(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
