@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
@@ -320,5 +321,51 @@ func retry(t testing.TB, f func() error) error {
 			return err
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// privateConn returns a connection of raw that is closed, never pooled,
+// when t ends: a test session may be left with a branch on it.
+func privateConn(t testing.TB, raw *sql.DB) *sql.Conn {
+	t.Helper()
+	c, err := raw.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Raw(func(any) error { return driver.ErrBadConn })
+		c.Close()
+	})
+	return c
+}
+
+// waitLockWait waits until session id waits for a lock.
+//
+// MariaDB serves information_schema.INNODB_TRX from a cache that it
+// refreshes only when the last read is at least 0.1 s old: polling faster
+// sees the same stale snapshot forever.
+func waitLockWait(t testing.TB, db *sql.DB, id uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'", id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			rows, _ := db.Query("SELECT trx_state, trx_mysql_thread_id, COALESCE(trx_query, '') FROM information_schema.INNODB_TRX")
+			for rows.Next() {
+				var st, q string
+				var tid uint64
+				rows.Scan(&st, &tid, &q)
+				t.Logf("trx %s %d %s", st, tid, q)
+			}
+			rows.Close()
+			t.Fatalf("session %d never waited for a lock", id)
+		}
+		time.Sleep(150 * time.Millisecond)
 	}
 }

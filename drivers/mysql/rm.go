@@ -357,6 +357,10 @@ func recoverOn(ctx context.Context, q querier) ([]xa.PreparedBranch, error) {
 // for a moment while InnoDB runs a background transaction of its own. A
 // result above 0 that persists means ghosts: restart the server, then run
 // recovery, which will find them in XA RECOVER.
+//
+// MariaDB serves INNODB_TRX from a snapshot it refreshes only when the
+// previous read of it is more than 0.1 s old (by anybody): readings taken
+// more often than that keep returning the same stale snapshot.
 func (rm *RM) UnlistedPrepared(ctx context.Context) (int, error) {
 	rows, err := rm.db.QueryContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = 0 AND trx_state <> 'ROLLING BACK'; XA RECOVER")
 	if err != nil {
