@@ -42,6 +42,17 @@ type drvConn struct {
 	// refuse it, so database/sql closes it. Branches discard such
 	// sessions explicitly; this is the safety net.
 	xa atomic.Bool
+	// cleanAt is when the session was last released with no branch on it
+	// (Unix nanoseconds; 0 never).
+	cleanAt atomic.Int64
+
+	rm *RM
+}
+
+// Close closes the connection and forgets it.
+func (c *drvConn) Close() error {
+	c.rm.conns.CompareAndDelete(c.id, c)
+	return c.mysqlDriverConn.Close()
 }
 
 // ResetSession refuses a connection that may still carry an XA branch.
@@ -117,6 +128,7 @@ func (si serverInfo) flavor() string {
 // for xa_detach_on_prepare).
 type connector struct {
 	inner driver.Connector
+	rm    *RM
 }
 
 func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
@@ -131,7 +143,7 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		dc.Close()
 		return nil, fmt.Errorf("mysql: go-sql-driver connection %T lacks an interface this package needs", dc)
 	}
-	w := &drvConn{mysqlDriverConn: mc}
+	w := &drvConn{mysqlDriverConn: mc, rm: c.rm}
 	row, err := queryRow(ctx, mc, "SELECT CONNECTION_ID(), VERSION()")
 	if err != nil {
 		mc.Close()
@@ -154,6 +166,7 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		on, _ := asUint(row[0])
 		w.server.detachOnPrepare = on == 1
 	}
+	c.rm.conns.Store(w.id, w)
 	return w, nil
 }
 

@@ -369,3 +369,29 @@ func waitLockWait(t testing.TB, db *sql.DB, id uint64) {
 		time.Sleep(150 * time.Millisecond)
 	}
 }
+
+// prepareDetached prepares branch x with raw SQL (stmt, args) on a session
+// of its own, as another application would, closes that session and waits
+// until the server has detached the branch. The branch is rolled back
+// when t ends, so that the test database can be dropped.
+func prepareDetached(t testing.TB, raw *sql.DB, x xa.XID, stmt string, args ...any) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := raw.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id uint64
+	if err := s.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	lit := xidLiteral(x)
+	_, err = s.ExecContext(ctx, "XA START "+lit+"; "+stmt+"; XA END "+lit+"; XA PREPARE "+lit, args...)
+	s.Raw(func(any) error { return driver.ErrBadConn })
+	s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, raw, id)
+	t.Cleanup(func() { raw.Exec("XA ROLLBACK " + lit) })
+}

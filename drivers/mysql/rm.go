@@ -1,12 +1,14 @@
 package mysql
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +52,10 @@ type RM struct {
 	side   *sql.DB // KILL QUERY only
 	log    *slog.Logger
 	closed atomic.Bool
+	// conns maps CONNECTION_ID() to this RM's open connections, so that
+	// Commit and Rollback can tell that a preparing session still
+	// connected is one of ours that has since ended its branch.
+	conns sync.Map
 }
 
 var _ xa.ResourceManager = (*RM)(nil)
@@ -85,10 +91,10 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 		name: cfg.Name,
 		user: fmt.Sprintf("'%s'@'%%'", dsn.User),
 		addr: dsn.Addr,
-		db:   sql.OpenDB(&connector{inner: inner}),
 		side: sql.OpenDB(sideConnector),
 		log:  log.With("rm", cfg.Name),
 	}
+	rm.db = sql.OpenDB(&connector{inner: inner, rm: rm})
 	n := cfg.MaxConns
 	if n <= 0 {
 		n = DefaultMaxConns
@@ -182,6 +188,14 @@ func (rm *RM) Start(ctx context.Context, xid xa.XID) (xa.Branch, error) {
 // (committed already, or never prepared: only the decision log knows).
 // XA_RB* answers give ErrRolledBack: MariaDB answers 1402 to XA COMMIT of
 // a detached branch that wrote nothing.
+//
+// MariaDB 10.11 matches a detached branch by gtrid and bqual only: XA
+// COMMIT with the wrong formatID commits it. So when XA RECOVER lists a
+// branch that differs from xid only in its formatID, and not xid itself,
+// Commit sends nothing and returns ErrUnknownXID (Rollback: nil).
+//
+// Commit costs two round trips: the check (process list and XA RECOVER)
+// and XA COMMIT.
 func (rm *RM) Commit(ctx context.Context, xid xa.XID, from xa.Origin) error {
 	return rm.finish(ctx, opCommit, xid, from)
 }
@@ -205,15 +219,21 @@ func (rm *RM) finish(ctx context.Context, op string, xid xa.XID, from xa.Origin)
 	}
 	clean := true
 	defer func() { s.release(clean) }()
-	if from.Session != 0 {
-		alive, err := rm.sessionAlive(ctx, s, from)
-		if err != nil {
-			clean = false
-			return rm.rmError(op, xid, xa.ErrRetryable, fmt.Errorf("checking the preparing session: %w", err))
+	pc, err := rm.precheck(ctx, s, xid, from)
+	if err != nil {
+		clean = false
+		return rm.rmError(op, xid, xa.ErrRetryable, fmt.Errorf("checking before %s: %w", op, err))
+	}
+	if pc.alive {
+		return rm.rmError(op, xid, xa.ErrRetryable, fmt.Errorf("preparing session %d still connected", from.Session))
+	}
+	if !pc.listed && pc.twin != nil {
+		// MariaDB matches a detached branch without its formatID: XA
+		// COMMIT of our XID would finish this other branch.
+		if op == opRollback {
+			return nil
 		}
-		if alive {
-			return rm.rmError(op, xid, xa.ErrRetryable, fmt.Errorf("preparing session %d still connected", from.Session))
-		}
+		return rm.rmError(op, xid, xa.ErrUnknownXID, fmt.Errorf("not listed; only %s is, which differs in formatID and which the server would take for it: not sent", pc.twin.Raw))
 	}
 	verb := "XA COMMIT "
 	if op == opRollback {
@@ -232,11 +252,8 @@ func (rm *RM) finish(ctx context.Context, op string, xid xa.XID, from xa.Origin)
 	}
 	switch errNumber(err) {
 	case erXAERNota:
-		listed, lerr := rm.listed(ctx, s, xid)
 		switch {
-		case lerr != nil:
-			return rm.rmError(op, xid, xa.ErrRetryable, fmt.Errorf("%w; then XA RECOVER failed: %w", err, lerr))
-		case listed:
+		case pc.listed:
 			return rm.rmError(op, xid, xa.ErrRetryable, fmt.Errorf("%w, but XA RECOVER lists the branch: still attached to another session", err))
 		case op == opRollback:
 			return nil
@@ -254,55 +271,79 @@ func (rm *RM) finish(ctx context.Context, op string, xid xa.XID, from xa.Origin)
 	return rm.wrap(op, xid, err)
 }
 
-// sessionAlive reports whether the session that prepared a branch may still
-// hold it: the server has not restarted since from.Prepared and the
-// connection id is still in the process list. One round trip.
-func (rm *RM) sessionAlive(ctx context.Context, s *session, from xa.Origin) (bool, error) {
-	rows, err := s.conn.QueryContext(ctx, "SHOW GLOBAL STATUS LIKE 'Uptime'; SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = "+
-		strconv.FormatUint(from.Session, 10))
-	if err != nil {
-		return false, err
-	}
-	defer rows.Close()
-	var name string
-	var uptime int64
-	if !rows.Next() {
-		return false, fmt.Errorf("SHOW GLOBAL STATUS LIKE 'Uptime' returned no row: %w", rows.Err())
-	}
-	if err := rows.Scan(&name, &uptime); err != nil {
-		return false, err
-	}
-	now := time.Now()
-	if !rows.NextResultSet() || !rows.Next() {
-		return false, fmt.Errorf("process list query returned no row: %w", rows.Err())
-	}
-	var n int
-	if err := rows.Scan(&n); err != nil {
-		return false, err
-	}
-	// The earliest the server can have started, on our clock (Uptime is
-	// whole seconds).
-	started := now.Add(-time.Duration(uptime+1) * time.Second)
-	if !from.Prepared.IsZero() && started.After(from.Prepared) {
-		// Restarted since the prepare: that session is gone, and its id
-		// may now belong to somebody else.
-		return false, nil
-	}
-	return n > 0, nil
+// precheckResult is what the server says before phase 2 by XID.
+type precheckResult struct {
+	alive  bool               // the preparing session may still hold the branch
+	listed bool               // XA RECOVER lists the XID
+	twin   *xa.PreparedBranch // a listed branch equal but for its formatID
 }
 
-// listed reports whether XA RECOVER lists xid.
-func (rm *RM) listed(ctx context.Context, s *session, xid xa.XID) (bool, error) {
-	ps, err := recoverOn(ctx, s.conn)
-	if err != nil {
-		return false, err
-	}
-	for _, p := range ps {
-		if p.XID.Equal(xid) {
-			return true, nil
+// precheck asks, in one round trip, whether the session that prepared a
+// branch may still hold it (the server has not restarted since
+// from.Prepared and the connection id is still in the process list) and
+// what XA RECOVER lists. The session check is skipped when from.Session
+// is 0, or when the session is one of this RM's own that has ended its
+// branches since the prepare.
+func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Origin) (precheckResult, error) {
+	var pc precheckResult
+	checkSession := from.Session != 0
+	if v, ok := rm.conns.Load(from.Session); ok && checkSession {
+		dc := v.(*drvConn)
+		if !dc.xa.Load() && !from.Prepared.IsZero() && dc.cleanAt.Load() > from.Prepared.UnixNano() {
+			checkSession = false
 		}
 	}
-	return false, nil
+	q := "XA RECOVER"
+	if checkSession {
+		q = "SHOW GLOBAL STATUS LIKE 'Uptime'; SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " +
+			strconv.FormatUint(from.Session, 10) + "; " + q
+	}
+	rows, err := s.conn.QueryContext(ctx, q)
+	if err != nil {
+		return pc, err
+	}
+	defer rows.Close()
+	if checkSession {
+		var name string
+		var uptime int64
+		if !rows.Next() {
+			return pc, fmt.Errorf("SHOW GLOBAL STATUS LIKE 'Uptime' returned no row: %w", rows.Err())
+		}
+		if err := rows.Scan(&name, &uptime); err != nil {
+			return pc, err
+		}
+		now := time.Now()
+		if !rows.NextResultSet() || !rows.Next() {
+			return pc, fmt.Errorf("process list query returned no row: %w", rows.Err())
+		}
+		var n int
+		if err := rows.Scan(&n); err != nil {
+			return pc, err
+		}
+		// The earliest the server can have started, on our clock
+		// (Uptime is whole seconds). Restarted since the prepare: that
+		// session is gone, and its id may now be somebody else's.
+		started := now.Add(-time.Duration(uptime+1) * time.Second)
+		restarted := !from.Prepared.IsZero() && started.After(from.Prepared)
+		pc.alive = n > 0 && !restarted
+		if !rows.NextResultSet() {
+			return pc, fmt.Errorf("XA RECOVER returned no result: %w", rows.Err())
+		}
+	}
+	rs, err := scanRecover(rows)
+	if err != nil {
+		return pc, err
+	}
+	for _, r := range rs {
+		if bytes.Equal(r.gtrid, xid.Gtrid) && bytes.Equal(r.bqual, xid.Bqual) {
+			if r.formatID == int64(xid.FormatID) {
+				pc.listed = true
+			} else {
+				pc.twin = &r.branch
+			}
+		}
+	}
+	return pc, nil
 }
 
 // Recover lists every prepared branch the server holds (XA RECOVER), this
@@ -327,7 +368,27 @@ func recoverOn(ctx context.Context, q querier) ([]xa.PreparedBranch, error) {
 		return nil, err
 	}
 	defer rows.Close()
-	var ps []xa.PreparedBranch
+	rs, err := scanRecover(rows)
+	if err != nil {
+		return nil, err
+	}
+	ps := make([]xa.PreparedBranch, len(rs))
+	for i, r := range rs {
+		ps[i] = r.branch
+	}
+	return ps, nil
+}
+
+// recoverRow is one row of XA RECOVER.
+type recoverRow struct {
+	formatID     int64
+	gtrid, bqual []byte
+	branch       xa.PreparedBranch
+}
+
+// scanRecover reads the rows of XA RECOVER.
+func scanRecover(rows *sql.Rows) ([]recoverRow, error) {
+	var rs []recoverRow
 	for rows.Next() {
 		var formatID, gl, bl int64
 		var data []byte
@@ -338,9 +399,9 @@ func recoverOn(ctx context.Context, q querier) ([]xa.PreparedBranch, error) {
 		if err != nil {
 			return nil, err
 		}
-		ps = append(ps, p)
+		rs = append(rs, recoverRow{formatID: formatID, gtrid: data[:gl], bqual: data[gl:], branch: p})
 	}
-	return ps, rows.Err()
+	return rs, rows.Err()
 }
 
 // UnlistedPrepared estimates how many prepared InnoDB transactions XA

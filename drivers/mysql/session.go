@@ -48,7 +48,10 @@ func (rm *RM) newSession(ctx context.Context) (*session, error) {
 // branch or rolls back an active one.
 func (s *session) release(clean bool) {
 	if clean {
-		s.dc.xa.Store(false)
+		if s.dc.xa.Load() {
+			s.dc.cleanAt.Store(time.Now().UnixNano())
+			s.dc.xa.Store(false)
+		}
 		s.conn.Close()
 		return
 	}
