@@ -34,16 +34,7 @@ func (rm *RM) Check(ctx context.Context) ([]xa.Finding, error) {
 	if containsFold(comment, "mariadb") {
 		si.mariaDB = true
 	}
-	switch {
-	case si.mariaDB && !si.atLeast(10, 5, 0):
-		add("server version", si.flavor()+" "+version, xa.SeverityFail,
-			"MariaDB before 10.5 rolls a prepared XA branch back when its session disconnects: upgrade to MariaDB 10.5 or later")
-	case !si.mariaDB && !si.atLeast(8, 0, 0):
-		add("server version", si.flavor()+" "+version, xa.SeverityFail,
-			"MySQL before 8.0 is not supported (before 5.7.7 a prepared XA branch does not survive a disconnect): upgrade to MySQL 8.0 or later")
-	default:
-		add("server version", si.flavor()+" "+version, xa.SeverityOK, "")
-	}
+	fs = append(fs, versionFinding(si))
 
 	var support string
 	err = rm.db.QueryRowContext(ctx, "SELECT SUPPORT FROM information_schema.ENGINES WHERE ENGINE = 'InnoDB'").Scan(&support)
@@ -155,4 +146,18 @@ func quoteAccount(s string) string {
 		return "'" + s + "'"
 	}
 	return "'" + s[:i] + "'@'" + s[i+1:] + "'"
+}
+
+// versionFinding grades the server version.
+func versionFinding(si serverInfo) xa.Finding {
+	f := xa.Finding{Name: "server version", Value: si.flavor() + " " + si.version, Severity: xa.SeverityOK}
+	switch {
+	case si.mariaDB && !si.atLeast(10, 5, 0):
+		f.Severity = xa.SeverityFail
+		f.Fix = "MariaDB before 10.5 rolls a prepared XA branch back when its session disconnects: upgrade to MariaDB 10.5 or later"
+	case !si.mariaDB && !si.atLeast(8, 0, 0):
+		f.Severity = xa.SeverityFail
+		f.Fix = "MySQL before 8.0 is not supported (before 5.7.7 a prepared XA branch does not survive a disconnect): upgrade to MySQL 8.0 or later"
+	}
+	return f
 }

@@ -212,7 +212,7 @@ func fixFor(err error, user string) string {
 
 // rmError builds the *xa.Error of op.
 func (rm *RM) rmError(op string, xid xa.XID, kind error, err error) error {
-	if kind == xa.ErrMisconfigured {
+	if kind == xa.ErrMisconfigured && !strings.Contains(err.Error(), "(fix: ") {
 		if fix := fixFor(err, rm.user); fix != "" {
 			err = fmt.Errorf("%w (fix: %s)", err, fix)
 		}

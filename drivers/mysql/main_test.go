@@ -54,10 +54,12 @@ func rawDB(t testing.TB, dsn string) *sql.DB {
 	}
 	c.MultiStatements = true
 	c.InterpolateParams = true
-	db, err := sql.Open("mysql", c.FormatDSN())
+	c.Logger = &gomysql.NopLogger{}
+	connector, err := gomysql.NewConnector(c)
 	if err != nil {
 		t.Fatal(err)
 	}
+	db := sql.OpenDB(connector)
 	t.Cleanup(func() { db.Close() })
 	return db
 }
@@ -395,3 +397,5 @@ func prepareDetached(t testing.TB, raw *sql.DB, x xa.XID, stmt string, args ...a
 	waitGone(t, raw, id)
 	t.Cleanup(func() { raw.Exec("XA ROLLBACK " + lit) })
 }
+
+var errBadConnForTest = driver.ErrBadConn

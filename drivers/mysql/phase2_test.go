@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xadb/xa/xa"
 )
@@ -203,4 +204,29 @@ func TestServerMatchesDetachedBranchWithoutFormatID(t *testing.T) {
 	_, err := raw.Exec("XA COMMIT " + xidLiteral(wrong))
 	wantMySQLErr(t, err, erXAERNota)
 	mustExec(t, s, "XA ROLLBACK "+lit)
+}
+
+func TestRestartedSince(t *testing.T) {
+	p := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return p.Add(d) }
+	for _, c := range []struct {
+		name                 string
+		sent, got            time.Time
+		uptime               int64
+		prepared             time.Time
+		restarted, ambiguous bool
+	}{
+		{"up long before the prepare", at(time.Minute), at(time.Minute), 3600, p, false, false},
+		{"started 5 s after the prepare", at(10 * time.Second), at(10 * time.Second), 5, p, true, false},
+		{"started about when prepared", at(3 * time.Second), at(3 * time.Second), 3, p, false, true},
+		{"started 1 to 2 s before the prepare", at(3 * time.Second), at(3 * time.Second), 4, p, false, false},
+		{"started within a second after the prepare", at(3 * time.Second), at(3 * time.Second), 2, p, false, true},
+		{"started 2 to 3 s before the prepare", at(3 * time.Second), at(3 * time.Second), 5, p, false, false},
+		{"no prepare time", at(time.Second), at(time.Second), 0, time.Time{}, false, false},
+	} {
+		r, a := restartedSince(c.sent, c.got, c.uptime, c.prepared)
+		if r != c.restarted || a != c.ambiguous {
+			t.Errorf("%s: restarted %v ambiguous %v, want %v %v", c.name, r, a, c.restarted, c.ambiguous)
+		}
+	}
 }

@@ -298,11 +298,13 @@ func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Orig
 		q = "SHOW GLOBAL STATUS LIKE 'Uptime'; SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " +
 			strconv.FormatUint(from.Session, 10) + "; " + q
 	}
+	sent := time.Now()
 	rows, err := s.conn.QueryContext(ctx, q)
 	if err != nil {
 		return pc, err
 	}
 	defer rows.Close()
+	ambiguous := false
 	if checkSession {
 		var name string
 		var uptime int64
@@ -312,7 +314,7 @@ func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Orig
 		if err := rows.Scan(&name, &uptime); err != nil {
 			return pc, err
 		}
-		now := time.Now()
+		got := time.Now()
 		if !rows.NextResultSet() || !rows.Next() {
 			return pc, fmt.Errorf("process list query returned no row: %w", rows.Err())
 		}
@@ -320,12 +322,10 @@ func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Orig
 		if err := rows.Scan(&n); err != nil {
 			return pc, err
 		}
-		// The earliest the server can have started, on our clock
-		// (Uptime is whole seconds). Restarted since the prepare: that
-		// session is gone, and its id may now be somebody else's.
-		started := now.Add(-time.Duration(uptime+1) * time.Second)
-		restarted := !from.Prepared.IsZero() && started.After(from.Prepared)
+		var restarted bool
+		restarted, ambiguous = restartedSince(sent, got, uptime, from.Prepared)
 		pc.alive = n > 0 && !restarted
+		ambiguous = ambiguous && pc.alive
 		if !rows.NextResultSet() {
 			return pc, fmt.Errorf("XA RECOVER returned no result: %w", rows.Err())
 		}
@@ -343,8 +343,49 @@ func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Orig
 			}
 		}
 	}
+	if err := rows.Err(); err != nil {
+		return pc, err
+	}
+	rows.Close()
+	if ambiguous {
+		// A session with the preparing session's id is connected, and
+		// the server may or may not have restarted since the prepare
+		// (Uptime has a resolution of one second). A preparing session
+		// that still holds a branch that wrote has an InnoDB
+		// transaction; one that has none cannot be holding a branch
+		// that a commit elsewhere could lose.
+		var trx int
+		err := s.conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = "+
+			strconv.FormatUint(from.Session, 10)).Scan(&trx)
+		if err == nil && trx == 0 {
+			pc.alive = false
+		}
+	}
 	return pc, nil
 }
+
+// restartedSince tells from one reading of Uptime (taken between sent and
+// got) whether the server started after prepared. Uptime counts whole
+// seconds, so the start is only known to within about a second: ambiguous
+// is true when prepared falls in that window.
+func restartedSince(sent, got time.Time, uptime int64, prepared time.Time) (restarted, ambiguous bool) {
+	if prepared.IsZero() {
+		return false, false
+	}
+	earliest := sent.Add(-time.Duration(uptime+1) * time.Second)
+	latest := got.Add(-time.Duration(uptime) * time.Second)
+	switch {
+	case earliest.After(prepared):
+		return true, false
+	case latest.Before(prepared.Add(-restartSlack)):
+		return false, false
+	}
+	return false, true
+}
+
+// restartSlack covers the time between the server's reply to XA PREPARE
+// and the moment Origin.Prepared was read from the clock.
+const restartSlack = 10 * time.Millisecond
 
 // Recover lists every prepared branch the server holds (XA RECOVER), this
 // TM's and everybody else's; callers filter with xa.Owned. Raw is
@@ -424,6 +465,10 @@ func scanRecover(rows *sql.Rows) ([]recoverRow, error) {
 // more often than that keep returning the same stale snapshot.
 func (rm *RM) UnlistedPrepared(ctx context.Context) (int, error) {
 	rows, err := rm.db.QueryContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = 0 AND trx_state <> 'ROLLING BACK'; XA RECOVER")
+	if errNumber(err) == erSpecificAccess {
+		return 0, rm.rmError("unlisted", xa.XID{}, xa.ErrMisconfigured,
+			fmt.Errorf("%w (fix: GRANT PROCESS ON *.* TO %s)", err, rm.user))
+	}
 	if err != nil {
 		return 0, rm.wrap("unlisted", xa.XID{}, err)
 	}
