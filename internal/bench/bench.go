@@ -316,3 +316,71 @@ func (s *Setup) Balance(ctx context.Context) (mysqlSum, pgSum int64, err error) 
 	err = s.Postgres.QueryRow(ctx, "SELECT COALESCE(SUM(balance),0)::bigint FROM accounts").Scan(&pgSum)
 	return
 }
+
+// Comparison is the outcome of Compare.
+type Comparison struct {
+	Rounds [][]Stats // per round, in Modes order
+	Best   []Stats   // per mode, the round with the highest TPS
+	total  int64     // the balance over both databases before the run
+}
+
+// Compare measures every mode rounds times, interleaved (local, raw, tm,
+// local, raw, tm, ...), so that drift in the machine's speed hits all
+// modes alike. A round's figures count only error-free transfers.
+func Compare(ctx context.Context, s *Setup, workers int, d time.Duration, rounds int) (Comparison, error) {
+	var c Comparison
+	my, pg, err := s.Balance(ctx)
+	if err != nil {
+		return c, err
+	}
+	c.total = my + pg
+	if rounds < 1 {
+		rounds = 1
+	}
+	c.Best = make([]Stats, len(Modes))
+	for r := 0; r < rounds; r++ {
+		var round []Stats
+		for i, m := range Modes {
+			st := s.Measure(ctx, m, workers, d)
+			if err := ctx.Err(); err != nil {
+				return c, err
+			}
+			round = append(round, st)
+			if st.TPS > c.Best[i].TPS {
+				c.Best[i] = st
+			}
+		}
+		c.Rounds = append(c.Rounds, round)
+	}
+	return c, nil
+}
+
+// Ratio returns Best TPS of mode a over that of mode b.
+func (c Comparison) Ratio(a, b Mode) float64 {
+	var ta, tb float64
+	for _, st := range c.Best {
+		switch st.Mode {
+		case a:
+			ta = st.TPS
+		case b:
+			tb = st.TPS
+		}
+	}
+	if tb == 0 {
+		return 0
+	}
+	return ta / tb
+}
+
+// CheckBalances verifies that the run moved money without creating or
+// losing any: every transfer, of every mode, debits and credits 1.
+func (c Comparison) CheckBalances(ctx context.Context, s *Setup) error {
+	my, pg, err := s.Balance(ctx)
+	if err != nil {
+		return err
+	}
+	if my+pg != c.total {
+		return fmt.Errorf("bench: balance over both databases went from %d to %d: a transfer was half-applied", c.total, my+pg)
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+package bank
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	xamysql "github.com/xadb/xa/drivers/mysql"
+	xapg "github.com/xadb/xa/drivers/postgres"
+	"github.com/xadb/xa/internal/crashpoint"
+	"github.com/xadb/xa/recovery/filelog"
+	"github.com/xadb/xa/xa"
+)
+
+// Participant names used by the worker; recovery must use the same.
+const (
+	MySQLName    = "mysql"
+	PostgresName = "postgres"
+)
+
+// WorkerConfig configures a coordinator process running transfers.
+type WorkerConfig struct {
+	MySQLDSN, PGDSN string
+	LogDir          string // the decision log (filelog)
+	Node            string
+	Accounts        int
+	Workers         int           // concurrent transfers
+	Transfers       int           // per worker; 0 runs until ctx ends
+	Crash           string        // crashpoint spec, "" for none
+	Seed            uint64        // for the random transfers
+	Timeout         time.Duration // global transaction timeout
+	Logger          *slog.Logger
+}
+
+// RunWorker runs transfers and writes one line per finished transfer to
+// out, as soon as the coordinator knows:
+//
+//	committed <global id>        told committed (every branch acknowledged)
+//	pending <global id>          told committed, some branch left to recovery
+//	aborted <global id> <reason> told aborted: nothing committed
+//	unknown <global id> <reason> told outcome unknown
+//
+// A crash test kills the process (possibly through Crash) and compares the
+// lines it received with the databases.
+func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
+	trig, err := crashpoint.Parse(cfg.Crash)
+	if err != nil {
+		return err
+	}
+	log, err := filelog.Open(cfg.LogDir, filelog.Options{Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	my, err := xamysql.Open(ctx, xamysql.Config{Name: MySQLName, DSN: cfg.MySQLDSN, MaxConns: 2 * cfg.Workers, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	defer my.Close()
+	pg, err := xapg.Open(ctx, xapg.Config{Name: PostgresName, DSN: cfg.PGDSN, MaxConns: int32(2 * cfg.Workers), Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	defer pg.Close()
+	mgr, err := xa.NewManager(xa.Config{Node: cfg.Node, Log: trig.WrapLog(log), Timeout: cfg.Timeout, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	myP, pgP := trig.WrapRM(my), trig.WrapRM(pg)
+
+	var mu sync.Mutex
+	emit := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(out, format+"\n", args...)
+		if f, ok := out.(interface{ Sync() error }); ok {
+			f.Sync() //nolint:errcheck
+		}
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < cfg.Workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(cfg.Seed, uint64(w)))
+			for i := 0; cfg.Transfers == 0 || i < cfg.Transfers; i++ {
+				if ctx.Err() != nil {
+					return
+				}
+				t := Random(r, cfg.Accounts)
+				res, err := mgr.Run(ctx, func(ctx context.Context, tx *xa.Tx) error { return Do(ctx, tx, myP, pgP, t) })
+				switch {
+				case err == nil && len(res.Pending) > 0:
+					emit("pending %s", res.ID)
+				case err == nil:
+					emit("committed %s", res.ID)
+				case errors.Is(err, xa.ErrAborted):
+					emit("aborted %s %q", res.ID, err.Error())
+				case xa.OutcomeUnknown(err):
+					emit("unknown %s %q", res.ID, err.Error())
+				default:
+					emit("aborted %s %q", res.ID, err.Error())
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	return nil
+}

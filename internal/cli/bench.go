@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xadb/xa/internal/bench"
+	"github.com/xadb/xa/internal/localdb"
+	"github.com/xadb/xa/recovery/filelog"
+	"github.com/xadb/xa/recovery/logbench"
+)
+
+func newBench(g *globals) *cobra.Command {
+	var mysqlDSN, pgDSN, dir string
+	var workers int
+	var d time.Duration
+	var rounds int
+	var skipLog bool
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure what atomicity costs: local commits vs hand-written 2PC vs the transaction manager",
+		Long: `In one run against the same two servers, with concurrent workers on disjoint rows,
+transfers (one row down in MySQL, one up in PostgreSQL) made three ways:
+
+  local  two local commits, not atomic (the floor)
+  raw    hand-written two-phase commit with no transaction manager: parallel
+         prepare, parallel commit, no decision log (not recoverable)
+  tm     the transaction manager with its durable (fsync'ed) decision log
+
+and the ratio tm/raw. Then the decision log alone: decisions per second
+at 1, 16 and 64 concurrent writers, for the embedded log and for Pebble.
+
+Without --mysql-dsn/--postgres-dsn (or XA_MYSQL_DSN/XA_POSTGRES_DSN), it
+starts throw-away MariaDB and PostgreSQL servers on loopback. With them, it
+creates tables named accounts in those databases (drop them first).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if mysqlDSN == "" {
+				mysqlDSN = g.getenv("XA_MYSQL_DSN")
+			}
+			if pgDSN == "" {
+				pgDSN = g.getenv("XA_POSTGRES_DSN")
+			}
+			if (mysqlDSN == "") != (pgDSN == "") {
+				return usageErr("give both --mysql-dsn and --postgres-dsn, or neither")
+			}
+			if mysqlDSN == "" {
+				fmt.Fprintln(g.stdout, "starting throw-away MariaDB and PostgreSQL servers ...")
+				defer localdb.Cleanup()
+				var my, pg *localdb.Server
+				var e1, e2 error
+				var wg sync.WaitGroup
+				wg.Add(1)
+				go func() { defer wg.Done(); my, e1 = localdb.Start(ctx, localdb.MySQL, nil) }()
+				pg, e2 = localdb.Start(ctx, localdb.Postgres, nil)
+				wg.Wait()
+				if err := errors.Join(e1, e2); err != nil {
+					return err
+				}
+				if err := errors.Join(createDB(ctx, my, "bench"), createDB(ctx, pg, "bench")); err != nil {
+					return err
+				}
+				mysqlDSN, pgDSN = my.DSN("bench"), pg.DSN("bench")
+			}
+			logDir, err := os.MkdirTemp(dir, "xa-bench-log-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(logDir)
+			decisions, err := filelog.Open(logDir, filelog.Options{})
+			if err != nil {
+				return err
+			}
+			defer decisions.Close()
+			s, err := bench.Open(ctx, mysqlDSN, pgDSN, workers, 100, decisions)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			res, err := bench.Compare(ctx, s, workers, d, rounds)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "\ntransfers MySQL -> PostgreSQL, %d workers on disjoint rows, %s per mode and round, %d round(s), best round shown:\n", workers, d, rounds)
+			tw := table(g.stdout)
+			fmt.Fprintln(tw, "MODE\tTPS\tP50\tP99\tOPS\tERRORS")
+			for _, st := range res.Best {
+				fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%d\t%d\n", st.Mode, st.TPS, st.P50.Round(10*time.Microsecond), st.P99.Round(10*time.Microsecond), st.Ops, st.Errors)
+			}
+			tw.Flush()
+			fmt.Fprintf(g.stdout, "ratio tm/raw (TPS): %.2f   tm/local: %.2f\n", res.Ratio(bench.TM, bench.Raw), res.Ratio(bench.TM, bench.Local))
+			if err := res.CheckBalances(ctx, s); err != nil {
+				return err
+			}
+			if skipLog {
+				return nil
+			}
+			fmt.Fprintf(g.stdout, "\ndecision log alone (two-branch commit record + forget, real fsync, in %s):\n", logDir)
+			lr, err := logbench.Compare(ctx, logbench.DefaultStores(), []int{1, 16, 64}, logbench.Config{Dir: dir, Duration: d})
+			if err != nil {
+				return err
+			}
+			tw = table(g.stdout)
+			fmt.Fprintln(tw, "STORE\tWRITERS\tDECISIONS/S\tAVG GROUP\tP50\tP99\tFS")
+			for _, r := range lr {
+				fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\n", r.Store, r.Writers, r.PerSecond, r.AvgGroup, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Filesystem)
+			}
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&mysqlDSN, "mysql-dsn", "", "MySQL/MariaDB database to use")
+	f.StringVar(&pgDSN, "postgres-dsn", "", "PostgreSQL database to use")
+	f.IntVar(&workers, "workers", 16, "concurrent workers")
+	f.DurationVar(&d, "duration", 5*time.Second, "measuring time per mode and round")
+	f.IntVar(&rounds, "rounds", 2, "rounds of all three modes (interleaved, to even out drift)")
+	f.StringVar(&dir, "dir", "/var/tmp", "where the decision logs live during the run (a real disk, not tmpfs)")
+	f.BoolVar(&skipLog, "skip-log", false, "skip the decision-log-only measurement")
+	return cmd
+}

@@ -1,0 +1,257 @@
+// Package cli is xactl: the command-line tool to inspect and resolve
+// in-doubt transactions, check participants, read the decision log, run
+// the demo and the benchmark. cmd/xactl only calls Main.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xadb/xa/internal/config"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitError   = 1
+	ExitUsage   = 2
+	ExitInDoubt = 3 // the command worked, and in-doubt branches remain
+)
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+func (e *exitError) Unwrap() error { return e.err }
+
+// inDoubt is returned by commands that succeeded but leave in-doubt
+// branches: exit code 3, no error message.
+var errInDoubt = &exitError{code: ExitInDoubt}
+
+func usageErr(format string, args ...any) error {
+	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// globals are the persistent flags.
+type globals struct {
+	configPath string
+	node       string
+	logDir     string
+	output     string
+	verbose    bool
+	timeout    time.Duration
+
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// Main runs xactl with args and returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	g := &globals{stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	root := newRoot(g)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(stderr, "xactl:", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "xactl:", err)
+	if isUsage(err) {
+		return ExitUsage
+	}
+	return ExitError
+}
+
+// isUsage tells cobra's argument and flag errors.
+func isUsage(err error) bool {
+	s := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires at least", "invalid argument", "flag needs an argument", "required flag"} {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "xactl",
+		Short: "Inspect and resolve in-doubt XA transactions across MySQL/MariaDB and PostgreSQL",
+		Long: `xactl works with the xa transaction manager's participants and decision log.
+
+A global transaction prepares a branch in every database, makes its commit
+decision durable in the decision log, then commits every branch. If a
+coordinator dies in between, branches stay prepared ("in doubt"), holding
+locks. xactl shows them, resolves them from the decision log (commit where a
+commit was logged, roll back where none was and the grace period is over),
+and lets an operator decide by hand when needed.
+
+Configuration comes from a YAML file (--config, $XACTL_CONFIG, or ./xactl.yaml),
+overridden by XACTL_NODE, XACTL_LOG_DIR, XACTL_TIMEOUT and then by flags:
+
+  node: node1                 # this transaction manager's node id
+  timeout: 30s                # global transaction timeout
+  log:
+    dir: /var/lib/xa/node1    # the decision log
+  participants:
+    - name: maria             # the name the TM gave the participant
+      driver: mysql           # mysql (also MariaDB) or postgres
+      dsn: xa:secret@tcp(127.0.0.1:3306)/bank
+    - name: pg
+      driver: postgres
+      dsn: ${PG_DSN}          # environment variables are expanded
+
+Exit codes: 0 ok, 1 error, 2 usage, 3 in-doubt branches remain.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVarP(&g.configPath, "config", "c", "", "configuration file (default $XACTL_CONFIG or ./xactl.yaml)")
+	pf.StringVar(&g.node, "node", "", "transaction manager node id (overrides config and $XACTL_NODE)")
+	pf.StringVar(&g.logDir, "log-dir", "", "decision log directory (overrides config and $XACTL_LOG_DIR)")
+	pf.StringVarP(&g.output, "output", "o", "", "output format: table or json (default $XACTL_OUTPUT or table)")
+	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log what is done")
+	pf.DurationVar(&g.timeout, "op-timeout", 2*time.Minute, "time limit for the whole command (not for --watch)")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: ExitUsage, err: err} })
+
+	root.AddCommand(newList(g), newRecover(g), newResolve(g, true), newResolve(g, false),
+		newLog(g), newDoctor(g), newDemo(g), newBench(g), newWorker(g), newVersion(g))
+	return root
+}
+
+// loadConfig reads the configuration, applies env and flags, and checks
+// it.
+func (g *globals) loadConfig(needLog bool) (*config.Config, error) {
+	c, err := g.loadConfigLoose()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(needLog); err != nil {
+		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("%w\n(see xactl --help for the configuration file)", err)}
+	}
+	return c, nil
+}
+
+// loadConfigLoose reads the configuration and applies env and flags
+// without requiring participants.
+func (g *globals) loadConfigLoose() (*config.Config, error) {
+	path := g.configPath
+	explicit := path != ""
+	if path == "" {
+		path = g.getenv("XACTL_CONFIG")
+		explicit = path != ""
+	}
+	if path == "" {
+		path = "xactl.yaml"
+	}
+	var c *config.Config
+	if _, err := os.Stat(path); err != nil && !explicit {
+		c = &config.Config{} // no file: env and flags only
+	} else {
+		var err error
+		if c, err = config.Load(path); err != nil {
+			return nil, &exitError{code: ExitUsage, err: err}
+		}
+	}
+	if err := c.ApplyEnv(g.getenv); err != nil {
+		return nil, &exitError{code: ExitUsage, err: err}
+	}
+	if g.node != "" {
+		c.Node = g.node
+	}
+	if g.logDir != "" {
+		c.Log.Dir = g.logDir
+	}
+	c.Defaults()
+	return c, nil
+}
+
+// json reports whether the output is JSON.
+func (g *globals) json() (bool, error) {
+	o := g.output
+	if o == "" {
+		o = g.getenv("XACTL_OUTPUT")
+	}
+	switch o {
+	case "", "table":
+		return false, nil
+	case "json":
+		return true, nil
+	}
+	return false, usageErr("--output %q: want table or json", o)
+}
+
+func (g *globals) logger() *slog.Logger {
+	lvl := slog.LevelWarn
+	if g.verbose {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 2, 4, 2, ' ', 0) }
+
+func age(d time.Duration, known bool) string {
+	if !known {
+		return "?"
+	}
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	default:
+		return d.Round(time.Minute).String()
+	}
+}
+
+func newVersion(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print xactl's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(g.stdout, "xactl", Version)
+			return nil
+		},
+	}
+}
+
+// Version is set at build time with -ldflags "-X github.com/xadb/xa/internal/cli.Version=...".
+var Version = "dev"
