@@ -123,11 +123,11 @@ func Do(ctx context.Context, tx *xa.Tx, my, pg xa.ResourceManager, t Transfer) e
 
 // State is what the databases hold, read with direct SQL.
 type State struct {
-	Accounts     int   // per side
-	MySQLTotal   int64 // sum of balances
-	PGTotal      int64
-	MySQLLedger  map[string]int64
-	PGLedger     map[string]int64
+	Accounts      int   // per side
+	MySQLTotal    int64 // sum of balances
+	PGTotal       int64
+	MySQLLedger   map[string]int64
+	PGLedger      map[string]int64
 	MySQLPrepared []string // prepared branches (all owners) as listed
 	PGPrepared    []string
 }

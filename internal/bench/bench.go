@@ -222,8 +222,8 @@ func (s *Setup) raw(ctx context.Context, row int) error {
 	}
 	wg.Wait()
 	if e1 != nil || e2 != nil {
-		myConn.ExecContext(ctx, "XA ROLLBACK '"+id+"'")  //nolint:errcheck
-		pgConn.Exec(ctx, "ROLLBACK PREPARED '"+id+"'") //nolint:errcheck
+		myConn.ExecContext(ctx, "XA ROLLBACK '"+id+"'") //nolint:errcheck
+		pgConn.Exec(ctx, "ROLLBACK PREPARED '"+id+"'")  //nolint:errcheck
 		return errors.Join(e1, e2)
 	}
 	wg.Add(1)

@@ -180,7 +180,7 @@ Exit code 1 when corruption is found.`,
 				}
 				m := map[string]any{
 					"dir": rep.Dir, "in_use": rep.InUse, "segments": len(rep.Segments),
-					"records": map[string]int{"commit": rep.Records.Commit, "forget": rep.Records.Forget, "heuristic": rep.Records.Heuristic, "clear": rep.Records.Clear},
+					"records":      map[string]int{"commit": rep.Records.Commit, "forget": rep.Records.Forget, "heuristic": rep.Records.Heuristic, "clear": rep.Records.Clear},
 					"live_commits": rep.LiveCommits, "live_heuristics": rep.LiveHeuristics, "corruption": corrupt, "ok": len(rep.Corruption) == 0,
 				}
 				if rep.TornTail != nil {

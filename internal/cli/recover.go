@@ -113,7 +113,7 @@ Exit code 3 when in-doubt branches remain after the run.`,
 					return fmt.Errorf("--metrics-addr: %w", err)
 				}
 				srv := &http.Server{Handler: promhttp.Handler(), ReadHeaderTimeout: 5 * time.Second}
-				go srv.Serve(ln) //nolint:errcheck // ends with Shutdown
+				go srv.Serve(ln)                         //nolint:errcheck // ends with Shutdown
 				defer srv.Shutdown(context.Background()) //nolint:errcheck
 				fmt.Fprintf(g.stderr, "metrics on http://%s/metrics\n", ln.Addr())
 			}
