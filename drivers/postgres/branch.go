@@ -66,6 +66,7 @@ func newBranch(ctx context.Context, rm *RM, xid xa.XID) *branch {
 	b := &branch{rm: rm, xid: xid, lit: quoteLiteral(xid.String()), state: stActive}
 	b.life, b.endLife = context.WithCancelCause(ctx)
 	b.sess = &Conn{b: b}
+	rm.track(b)
 	return b
 }
 
@@ -405,11 +406,14 @@ func (b *branch) release(destroy bool) {
 	b.mu.Lock()
 	conn := b.conn
 	b.conn = nil
+	orphaned := b.orphaned
 	b.mu.Unlock()
-	if conn == nil {
-		return
+	if conn != nil {
+		releaseConn(conn, destroy)
 	}
-	releaseConn(conn, destroy)
+	if !orphaned {
+		b.rm.untrack(b)
+	}
 }
 
 func releaseConn(conn *pgxpool.Conn, destroy bool) {

@@ -170,6 +170,7 @@ func (s *stmt) exit(err error, tag *pgconn.CommandTag) error {
 		if conn != nil {
 			releaseConn(conn, true)
 		}
+		b.rm.untrack(b)
 	}
 	if broke != nil && err == nil {
 		return broke

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +57,9 @@ type RM struct {
 	log    *slog.Logger
 	closed atomic.Bool
 
+	mu   sync.Mutex
+	live map[*branch]struct{} // branches that may hold a pooled connection
+
 	// oldPrepared is the age from which Check warns about a prepared
 	// transaction.
 	oldPrepared time.Duration
@@ -100,7 +104,8 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 		pool.Close()
 		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Err: fmt.Errorf("cannot reach the database: %w", err)}
 	}
-	rm := &RM{name: cfg.Name, pool: pool, log: log.With("rm", cfg.Name), oldPrepared: 10 * time.Minute}
+	rm := &RM{name: cfg.Name, pool: pool, log: log.With("rm", cfg.Name), oldPrepared: 10 * time.Minute,
+		live: map[*branch]struct{}{}}
 	if !cfg.SkipCheck {
 		fs, err := rm.Check(ctx)
 		for _, f := range fs {
@@ -116,11 +121,33 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 	return rm, nil
 }
 
-// Close closes the pool. Branches still active are rolled back by the
-// server as their sessions close; prepared branches stay prepared.
+// Close closes the pool. Branches still active lose their sessions, which
+// rolls them back on the server (as Branch.Close); prepared branches stay
+// prepared. Close waits for a Prepare, Commit or Rollback in progress.
 func (rm *RM) Close() {
 	rm.closed.Store(true)
+	rm.mu.Lock()
+	live := make([]*branch, 0, len(rm.live))
+	for b := range rm.live {
+		live = append(live, b)
+	}
+	rm.mu.Unlock()
+	for _, b := range live {
+		b.Close() //nolint:errcheck // Close never fails
+	}
 	rm.pool.Close()
+}
+
+func (rm *RM) track(b *branch) {
+	rm.mu.Lock()
+	rm.live[b] = struct{}{}
+	rm.mu.Unlock()
+}
+
+func (rm *RM) untrack(b *branch) {
+	rm.mu.Lock()
+	delete(rm.live, b)
+	rm.mu.Unlock()
 }
 
 // Name returns Config.Name.

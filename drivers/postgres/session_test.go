@@ -640,3 +640,68 @@ func TestSessionLost(t *testing.T) {
 	}
 	wantValue(t, db, 3, 3)
 }
+
+// RM.Close does not wait for branches the application left active: their
+// sessions close (the server rolls them back), a blocked statement
+// returns; prepared branches stay prepared.
+func TestRMCloseWithActiveBranches(t *testing.T) {
+	t.Parallel()
+	db, _ := setup(t)
+	ctx := testCtx(t)
+	rm, err := Open(ctx, Config{Name: "pg", DSN: db.DSN()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, db, "INSERT INTO kv VALUES (1, 0)")
+	holder := raw(t, db)
+	if _, err := holder.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, "UPDATE kv SET v = 1 WHERE k = 1"); err != nil {
+		t.Fatal(err)
+	}
+	prepared := newXID(t)
+	bp, sp := start(t, rm, ctx, prepared)
+	exec(t, sp, "INSERT INTO kv VALUES (2, 2)")
+	prepare(t, bp, xa.VotePrepared)
+	start(t, rm, ctx, newXID(t)) // idle
+	_, active := start(t, rm, ctx, newXID(t))
+	exec(t, active, "INSERT INTO kv VALUES (3, 3)")
+	_, blocked := start(t, rm, ctx, newXID(t))
+	exec(t, blocked, "INSERT INTO kv VALUES (4, 4)")
+	blockedErr := make(chan error, 1)
+	go func() {
+		_, err := blocked.Exec(ctx, "UPDATE kv SET v = 5 WHERE k = 1")
+		blockedErr <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+
+	closed := make(chan struct{})
+	go func() { rm.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("RM.Close blocked by active branches")
+	}
+	if err := <-blockedErr; err == nil {
+		t.Fatal("blocked statement succeeded")
+	}
+	if _, err := active.Exec(ctx, "SELECT 1"); err == nil {
+		t.Fatal("statement on a closed resource manager's branch succeeded")
+	}
+	if _, err := holder.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	wantValue(t, db, 1, 1)
+	for _, k := range []int{2, 3, 4} {
+		wantAbsent(t, db, k)
+	}
+	if n := idleInTransaction(t, db); n != 0 {
+		t.Fatalf("%d sessions idle in transaction", n)
+	}
+	rm2 := openRM(t, db.DSN())
+	if err := rm2.Commit(ctx, prepared, xa.Origin{}); err != nil {
+		t.Fatalf("prepared branch lost with RM.Close: %v", err)
+	}
+	wantValue(t, db, 2, 2)
+}
