@@ -232,6 +232,24 @@ func TestPreparedTransactionsDisabled(t *testing.T) {
 		t.Errorf("PREPARE error %q does not say how to fix it", err)
 	}
 	wantAbsent(t, db, 1)
+
+	// On this private server, a role that may not read pg_prepared_xacts:
+	// the check fails and Recover is ErrMisconfigured (42501).
+	if err := srv.Exec(ctx, db.Name, "CREATE ROLE carol LOGIN", "REVOKE SELECT ON pg_catalog.pg_prepared_xacts FROM PUBLIC"); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(db.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User("carol")
+	carol := openRMWith(t, Config{DSN: u.String(), SkipCheck: true})
+	fs, err = carol.Check(ctx)
+	if f := finding(fs, "pg_prepared_xacts"); !errors.Is(err, xa.ErrMisconfigured) || f.Severity != xa.SeverityFail || !strings.Contains(f.Fix, "carol") {
+		t.Fatalf("Check without SELECT on pg_prepared_xacts = %+v, %v", f, err)
+	}
+	_, err = carol.Recover(ctx)
+	wantKindCode(t, "Recover without SELECT on pg_prepared_xacts", err, xa.ErrMisconfigured, "42501")
 }
 
 func finding(fs []xa.Finding, name string) xa.Finding {
