@@ -8,12 +8,11 @@ import (
 // rotate closes the active segment (already synced) and starts the next
 // one, then compacts. It runs on the writer goroutine.
 func (l *Log) rotate() error {
-	// Only the last segment may end in a torn write: sync forget records
-	// written without a sync before the segment is closed for good.
-	if l.dirty {
-		if err := l.sync(); err != nil {
-			return err
-		}
+	// Only the last segment may end in a torn write or zeros: cut the
+	// preallocated space and sync forget records written without a sync
+	// before the segment is closed for good.
+	if err := l.trim(); err != nil {
+		return err
 	}
 	next := l.activeNum + 1
 	f, err := l.createSegment(next)
@@ -24,7 +23,7 @@ func (l *Log) rotate() error {
 		// Its data was synced before; a close error loses nothing.
 		l.logger.Warn("decision log: closing full segment", "file", segmentName(l.activeNum), "err", err)
 	}
-	l.active, l.activeNum, l.activeSize = f, next, headerSize
+	l.active, l.activeNum, l.activeSize, l.allocated = f, next, headerSize, headerSize
 	l.mu.Lock()
 	l.st.seg(next).size = headerSize
 	l.mu.Unlock()
@@ -48,7 +47,10 @@ func (l *Log) compact() error {
 		for _, r := range copies {
 			l.buf = append(l.buf, r.frame...)
 		}
-		if err := l.writeSync(l.buf); err != nil {
+		if err := l.append(l.buf); err != nil {
+			return fmt.Errorf("copying %d live records forward: %w", len(copies), err)
+		}
+		if err := l.sync(); err != nil {
 			return fmt.Errorf("copying %d live records forward: %w", len(copies), err)
 		}
 		l.mu.Lock()
@@ -61,7 +63,6 @@ func (l *Log) compact() error {
 		}
 		l.st.seg(l.activeNum).size += int64(len(l.buf))
 		l.mu.Unlock()
-		l.activeSize += int64(len(l.buf))
 	}
 	for _, n := range retire {
 		name := segmentName(n)

@@ -54,6 +54,12 @@
 //
 // # Space
 //
+// The active segment is filled with zeros ahead of its records, a megabyte
+// at a time, so that a group sync overwrites written blocks and records no
+// new file size; a closed segment is cut back to its last record. Zeros
+// after the last record of the last segment (a process that stopped without
+// Close) are unused space and are trimmed by Open.
+//
 // When the active segment grows beyond Options.SegmentSize a new one is
 // started. Old segments whose records are all dead (forgotten, cleared or
 // replaced) are removed. Old segments that still hold a few live records,

@@ -38,7 +38,7 @@ func TestFailStop(t *testing.T) {
 			var after atomic.Int64 // operations attempted after the fault
 			var faulted atomic.Bool
 			var seen int
-			h.setHook(func(op, name string, p []byte) error {
+			h.setHook(func(op, name string, p []byte, off int64) error {
 				if faulted.Load() {
 					// Removing the temporary file of a failed
 					// segment creation is cleanup, not a retry.
@@ -121,7 +121,7 @@ func TestFailStopWakesEveryWaiter(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	gate := make(chan struct{})
 	var first atomic.Bool
-	h.setHook(func(op, name string, p []byte) error {
+	h.setHook(func(op, name string, p []byte, off int64) error {
 		if op == "sync" && first.CompareAndSwap(false, true) {
 			entered <- struct{}{}
 			<-gate

@@ -33,6 +33,9 @@ import (
 // All integers are little endian. Payloads are xa.CommitRecord and
 // xa.HeuristicRecord in their MarshalBinary form, the text of an
 // xa.GlobalID (forget) and the canonical text of an xa.XID (clear).
+//
+// The active segment may end in zeros (preallocated space); every other
+// segment ends exactly at its last record.
 const (
 	magic         = "xa-dlog\n"
 	formatVersion = 1
@@ -132,7 +135,14 @@ func appendFrame(b []byte, t RecordType, payload []byte) []byte {
 // parseFrame reads the frame at b[off:]. It returns the frame's end, or a
 // reason why there is no valid frame there.
 func parseFrame(b []byte, off int) (t RecordType, payload []byte, end int, bad string) {
-	rest := b[off:]
+	t, payload, end, bad = parseFrame1(b[off:])
+	if bad != "" && allZero(b[off:]) {
+		bad = reasonZeroTail
+	}
+	return t, payload, off + end, bad
+}
+
+func parseFrame1(rest []byte) (t RecordType, payload []byte, end int, bad string) {
 	if len(rest) < frameHeader {
 		return 0, nil, 0, fmt.Sprintf("incomplete record header (%d bytes)", len(rest))
 	}
@@ -144,14 +154,11 @@ func parseFrame(b []byte, off int) (t RecordType, payload []byte, end int, bad s
 		return 0, nil, 0, fmt.Sprintf("incomplete record (%d of %d bytes)", len(rest), frameHeader+n)
 	}
 	if crc32.Checksum(rest[8:frameHeader+n], castagnoli) != binary.LittleEndian.Uint32(rest[4:]) {
-		if allZero(rest) {
-			return 0, nil, 0, "zeroed tail"
-		}
 		return 0, nil, 0, "checksum mismatch"
 	}
 	// An unknown type with a good checksum was written on purpose (by a
 	// newer version, say): decodePayload rejects it as corruption.
-	return RecordType(rest[8]), rest[frameHeader : frameHeader+n], off + frameHeader + int(n), ""
+	return RecordType(rest[8]), rest[frameHeader : frameHeader+n], frameHeader + int(n), ""
 }
 
 // plausibleFrame reports whether a non-empty record with a good checksum
@@ -180,6 +187,11 @@ func nextPlausibleFrame(b []byte, from int) int {
 	return -1
 }
 
+// reasonZeroTail is the reason given for a bad record when only zeros
+// follow: preallocated space never written, or a write that never reached
+// the disk.
+const reasonZeroTail = "zeroed tail"
+
 func allZero(b []byte) bool {
 	for _, c := range b {
 		if c != 0 {
@@ -191,6 +203,7 @@ func allZero(b []byte) bool {
 
 // decoded is a record's payload decoded.
 type decoded struct {
+	key       string             // GlobalID text (commit, forget) or XID text (heuristic, clear)
 	commit    xa.CommitRecord    // RecordCommit
 	id        xa.GlobalID        // RecordCommit, RecordForget
 	heuristic xa.HeuristicRecord // RecordHeuristic
@@ -205,10 +218,12 @@ func decodePayload(t RecordType, p []byte) (decoded, error) {
 			return d, err
 		}
 		d.id = d.commit.ID
+		d.key = commitKey(p, d.id)
 	case RecordForget:
-		id, ok := xa.ParseGlobalIDString(string(p))
+		d.key = string(p)
+		id, ok := xa.ParseGlobalIDString(d.key)
 		if !ok {
-			return d, fmt.Errorf("bad global id %q in forget record", truncate(string(p), 80))
+			return d, fmt.Errorf("bad global id %q in forget record", truncate(d.key, 80))
 		}
 		d.id = id
 	case RecordHeuristic:
@@ -216,8 +231,10 @@ func decodePayload(t RecordType, p []byte) (decoded, error) {
 			return d, err
 		}
 		d.xid = d.heuristic.XID
+		d.key = d.xid.String()
 	case RecordClear:
-		x, err := xa.ParseXID(string(p))
+		d.key = string(p)
+		x, err := xa.ParseXID(d.key)
 		if err != nil {
 			return d, err
 		}
@@ -226,6 +243,21 @@ func decodePayload(t RecordType, p []byte) (decoded, error) {
 		return d, fmt.Errorf("unknown record type %d", t)
 	}
 	return d, nil
+}
+
+// commitKey returns the text of id, the global id of the encoded commit
+// record p. xa.CommitRecord.MarshalBinary writes it right after the version
+// byte, as a length-prefixed string, and UnmarshalBinary accepts only the
+// canonical text, so it is id.String() without formatting it again.
+func commitKey(p []byte, id xa.GlobalID) string {
+	if len(p) > 1 {
+		if n, k := binary.Uvarint(p[1:]); k > 0 && uint64(len(p)-1-k) >= n {
+			if s := p[1+k : 1+k+int(n)]; len(s) > len("xa1.") && string(s[:4]) == "xa1." {
+				return string(s)
+			}
+		}
+	}
+	return id.String()
 }
 
 func truncate(s string, n int) string {

@@ -27,10 +27,10 @@ type fileSystem interface {
 
 // file is an open segment.
 type file interface {
-	Write(p []byte) (int, error)
+	WriteAt(p []byte, off int64) (int, error)
 	// Sync makes the written data durable (fdatasync).
 	Sync() error
-	// Truncate cuts the file to size and makes the new size durable.
+	// Truncate cuts the file to size (Sync makes that durable).
 	Truncate(size int64) error
 	Close() error
 }
@@ -62,8 +62,8 @@ func (osFS) SyncDir(dir string) error {
 
 type osFile struct{ f *os.File }
 
-func (o osFile) Write(p []byte) (int, error) { return o.f.Write(p) }
-func (o osFile) Close() error                { return o.f.Close() }
+func (o osFile) WriteAt(p []byte, off int64) (int, error) { return o.f.WriteAt(p, off) }
+func (o osFile) Close() error                             { return o.f.Close() }
 
 func (o osFile) Sync() error {
 	for {
@@ -78,12 +78,7 @@ func (o osFile) Sync() error {
 	}
 }
 
-func (o osFile) Truncate(size int64) error {
-	if err := o.f.Truncate(size); err != nil {
-		return err
-	}
-	return o.f.Sync() // fsync: the size is metadata
-}
+func (o osFile) Truncate(size int64) error { return o.f.Truncate(size) }
 
 // lockName is the file that Open locks (flock, exclusive) for as long as
 // the log is open. It holds the owner's process id, for error messages.

@@ -174,54 +174,66 @@ func (p *partialWrite) Error() string {
 }
 
 // hookFS is the real file system with a hook before every mutating
-// operation: op is "write", "sync", "truncate", "rename", "remove" or
-// "syncdir". A non-nil error from the hook is returned instead of doing the
+// operation: op is "write" (p at off), "sync",
+// "truncate" (to size off), "rename", "remove" or "syncdir". A non-nil error from the hook is returned instead of doing the
 // operation (a *partialWrite does part of a write first).
 type hookFS struct {
 	osFS
 	mu      sync.Mutex
-	hook    func(op, name string, p []byte) error
+	hook    func(op, name string, p []byte, off int64) error
 	renamed map[string]string // old path -> new path, for open files' names
-	synced  map[string]int64  // path -> size at its last sync
+	extents map[string]*extent
 }
 
-// syncedSize returns the size of path at its last sync (0 if never).
-func (h *hookFS) syncedSize(path string) int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.synced[path]
-}
+// extent tracks how far a file has been written, and how far that was
+// synced. Space past the written end (preallocated) reads as zeros.
+type extent struct{ written, synced int64 }
 
-func (h *hookFS) noteSync(path string, size int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.synced == nil {
-		h.synced = map[string]int64{}
+func (h *hookFS) ext(path string) *extent {
+	if h.extents == nil {
+		h.extents = map[string]*extent{}
 	}
-	h.synced[path] = size
+	e := h.extents[path]
+	if e == nil {
+		e = &extent{}
+		h.extents[path] = e
+	}
+	return e
+}
+
+// unsynced returns the range of path written since its last sync.
+func (h *hookFS) unsynced(path string) (from, to int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.ext(path)
+	return e.synced, e.written
 }
 
 // current returns the path of a file opened as name.
 func (h *hookFS) current(name string) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.currentLocked(name)
+}
+
+func (h *hookFS) currentLocked(name string) string {
 	for h.renamed[name] != "" {
 		name = h.renamed[name]
 	}
 	return name
 }
 
-func (h *hookFS) call(op, name string, p []byte) error {
+func (h *hookFS) call(op, name string, p []byte, off int64) error {
 	h.mu.Lock()
 	hook := h.hook
 	h.mu.Unlock()
 	if hook == nil {
 		return nil
 	}
-	return hook(op, filepath.Base(name), p)
+	return hook(op, filepath.Base(name), p, off)
 }
 
-func (h *hookFS) setHook(f func(op, name string, p []byte) error) {
+func (h *hookFS) setHook(f func(op, name string, p []byte, off int64) error) {
 	h.mu.Lock()
 	h.hook = f
 	h.mu.Unlock()
@@ -236,7 +248,7 @@ func (h *hookFS) OpenFile(name string, flag int, perm os.FileMode) (file, error)
 }
 
 func (h *hookFS) Rename(oldpath, newpath string) error {
-	if err := h.call("rename", newpath, nil); err != nil {
+	if err := h.call("rename", newpath, nil, 0); err != nil {
 		return err
 	}
 	if err := h.osFS.Rename(oldpath, newpath); err != nil {
@@ -247,23 +259,23 @@ func (h *hookFS) Rename(oldpath, newpath string) error {
 		h.renamed = map[string]string{}
 	}
 	h.renamed[oldpath] = newpath
-	if n, ok := h.synced[oldpath]; ok {
-		h.synced[newpath] = n
-		delete(h.synced, oldpath)
+	if e, ok := h.extents[oldpath]; ok {
+		h.extents[newpath] = e
+		delete(h.extents, oldpath)
 	}
 	h.mu.Unlock()
 	return nil
 }
 
 func (h *hookFS) Remove(name string) error {
-	if err := h.call("remove", name, nil); err != nil {
+	if err := h.call("remove", name, nil, 0); err != nil {
 		return err
 	}
 	return h.osFS.Remove(name)
 }
 
 func (h *hookFS) SyncDir(dir string) error {
-	if err := h.call("syncdir", dir, nil); err != nil {
+	if err := h.call("syncdir", dir, nil, 0); err != nil {
 		return err
 	}
 	return h.osFS.SyncDir(dir)
@@ -275,11 +287,11 @@ type hookFile struct {
 	fs   *hookFS
 }
 
-func (f *hookFile) Write(p []byte) (int, error) {
-	if err := f.fs.call("write", f.fs.current(f.name), p); err != nil {
+func (f *hookFile) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.fs.call("write", f.fs.current(f.name), p, off); err != nil {
 		var pw *partialWrite
 		if errors.As(err, &pw) {
-			n, werr := f.file.Write(p[:pw.n])
+			n, werr := f.file.WriteAt(p[:pw.n], off)
 			if werr != nil {
 				return n, werr
 			}
@@ -287,33 +299,39 @@ func (f *hookFile) Write(p []byte) (int, error) {
 		}
 		return 0, err
 	}
-	return f.file.Write(p)
+	n, err := f.file.WriteAt(p, off)
+	f.fs.mu.Lock()
+	e := f.fs.ext(f.fs.currentLocked(f.name))
+	e.written = max(e.written, off+int64(n))
+	f.fs.mu.Unlock()
+	return n, err
 }
 
 func (f *hookFile) Sync() error {
 	name := f.fs.current(f.name)
-	if err := f.fs.call("sync", name, nil); err != nil {
+	if err := f.fs.call("sync", name, nil, 0); err != nil {
 		return err
 	}
 	if err := f.file.Sync(); err != nil {
 		return err
 	}
-	if st, err := os.Stat(name); err == nil {
-		f.fs.noteSync(name, st.Size())
-	}
+	f.fs.mu.Lock()
+	e := f.fs.ext(name)
+	e.synced = e.written
+	f.fs.mu.Unlock()
 	return nil
 }
 
 func (f *hookFile) Truncate(size int64) error {
 	name := f.fs.current(f.name)
-	if err := f.fs.call("truncate", name, nil); err != nil {
+	if err := f.fs.call("truncate", name, nil, size); err != nil {
 		return err
 	}
-	if err := f.file.Truncate(size); err != nil {
-		return err
-	}
-	f.fs.noteSync(name, size)
-	return nil
+	f.fs.mu.Lock()
+	e := f.fs.ext(name)
+	e.written, e.synced = min(e.written, size), min(e.synced, size)
+	f.fs.mu.Unlock()
+	return f.file.Truncate(size)
 }
 
 // frames returns the offsets of the records of a segment file, and the

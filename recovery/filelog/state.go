@@ -79,20 +79,20 @@ func (s *state) move(r *liveRecord, to uint64) {
 func (s *state) apply(t RecordType, d *decoded, frame []byte, seg uint64) {
 	switch t {
 	case RecordCommit:
-		k := d.id.String()
+		k := d.key
 		s.forget(k)
 		r := &liveRecord{frame: frame, seg: seg, commit: d.commit}
 		s.commits[k] = r
 		s.link(r)
 	case RecordForget:
-		s.forget(d.id.String())
+		s.forget(d.key)
 	case RecordHeuristic:
-		k := d.xid.String()
+		k := d.key
 		r := &liveRecord{frame: frame, seg: seg, heuristic: d.heuristic}
 		s.heuristics[k] = append(s.heuristics[k], r)
 		s.link(r)
 	case RecordClear:
-		k := d.xid.String()
+		k := d.key
 		for _, r := range s.heuristics[k] {
 			r.dead = true
 			s.unlink(r)

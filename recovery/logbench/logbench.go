@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"sync"
@@ -58,13 +59,18 @@ type SyncCounter interface {
 
 // Config says how to run.
 type Config struct {
-	// Dir is where the temporary log directory is made; "" means
-	// os.TempDir(). It is removed afterwards.
+	// Dir is where the temporary log directories are made; "" means
+	// os.TempDir(). They are removed afterwards.
 	Dir string
 	// Writers is the number of concurrent transactions (at least 1).
+	// Compare takes its writer counts as an argument instead.
 	Writers int
-	// Duration is how long to run.
+	// Duration is how long each store runs (at each writer count).
 	Duration time.Duration
+	// Slice is how long Compare runs one store before switching to the
+	// next (default 250ms). Short slices make a busy machine slow every
+	// store alike.
+	Slice time.Duration
 }
 
 // Result is one run.
@@ -78,13 +84,19 @@ type Result struct {
 	AvgGroup   float64       // decisions per sync, when the log counts syncs
 	P50, P99   time.Duration // LogCommit latency
 	Filesystem string        // of the log directory: "ext4", "xfs", "tmpfs", ...
+	// Min and Max are the lowest and highest decisions per second over
+	// the slices of Compare (equal to PerSecond for a single run).
+	Min, Max float64
 }
 
 func (r Result) String() string {
 	s := fmt.Sprintf("%-8s writers=%-3d %9.0f decisions/s  p50 %-9v p99 %-9v", r.Store, r.Writers, r.PerSecond,
 		r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))
 	if r.Syncs > 0 {
-		s += fmt.Sprintf("  %.1f per sync", r.AvgGroup)
+		s += fmt.Sprintf("  %5.1f per sync", r.AvgGroup)
+	}
+	if r.Max > r.Min {
+		s += fmt.Sprintf("  (range %.0f-%.0f)", r.Min, r.Max)
 	}
 	return s
 }
@@ -119,22 +131,100 @@ func Throughput(ctx context.Context, store Store, cfg Config) (Result, error) {
 		err = fmt.Errorf("logbench: closing %s: %w", store.Name, cerr)
 	}
 	res.fill(lat)
+	res.Min, res.Max = res.PerSecond, res.PerSecond
 	return res, err
 }
 
-// Compare runs Throughput for every store at every writer count.
+// Compare measures every store at every writer count. For each writer
+// count it opens all stores, each in a fresh directory, and runs them in
+// turn, cfg.Slice at a time, until each has run for cfg.Duration: the
+// stores share whatever else the machine is doing, and each log ages as it
+// would in service (segments rotate, WALs are recycled). Results are
+// ordered by writer count, then store.
 func Compare(ctx context.Context, stores []Store, writers []int, cfg Config) ([]Result, error) {
+	slice := cfg.Slice
+	if slice <= 0 {
+		slice = 250 * time.Millisecond
+	}
 	var out []Result
 	for _, w := range writers {
-		for _, s := range stores {
-			c := cfg
-			c.Writers = w
-			r, err := Throughput(ctx, s, c)
-			if err != nil {
-				return out, err
-			}
-			out = append(out, r)
+		rs, err := compareAt(ctx, stores, max(w, 1), cfg.Dir, cfg.Duration, slice)
+		if err != nil {
+			return out, err
 		}
+		out = append(out, rs...)
+	}
+	return out, nil
+}
+
+type opened struct {
+	dir    string
+	lg     xa.DecisionLog
+	closer io.Closer
+	res    Result
+	lat    []time.Duration
+}
+
+func compareAt(ctx context.Context, stores []Store, writers int, parent string, d, slice time.Duration) (_ []Result, err error) {
+	logs := make([]*opened, 0, len(stores))
+	defer func() {
+		for _, o := range logs {
+			if cerr := o.closer.Close(); err == nil && cerr != nil {
+				err = fmt.Errorf("logbench: closing %s: %w", o.res.Store, cerr)
+			}
+			os.RemoveAll(o.dir)
+		}
+	}()
+	for _, s := range stores {
+		dir, err := os.MkdirTemp(parent, "xa-logbench-")
+		if err != nil {
+			return nil, fmt.Errorf("logbench: %w", err)
+		}
+		lg, closer, err := s.Open(dir)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("logbench: opening %s: %w", s.Name, err)
+		}
+		o := &opened{dir: dir, lg: lg, closer: closer,
+			res: Result{Store: s.Name, Writers: writers, Filesystem: Filesystem(dir), Min: math.Inf(1)}}
+		logs = append(logs, o)
+	}
+	for round := 0; ; round++ {
+		done := true
+		for k := range logs {
+			o := logs[(k+round)%len(logs)] // rotate who goes first
+			if o.res.Elapsed >= d {
+				continue
+			}
+			done = false
+			sc, _ := o.lg.(SyncCounter)
+			var syncs0 int64
+			if sc != nil {
+				syncs0 = sc.SyncCount()
+			}
+			deadline := time.Now().Add(min(slice, d-o.res.Elapsed))
+			start := time.Now()
+			lat, err := drive(ctx, o.lg, writers, func(int64) bool { return time.Now().Before(deadline) })
+			el := time.Since(start)
+			if err != nil {
+				return nil, fmt.Errorf("logbench: %s: %w", o.res.Store, err)
+			}
+			if sc != nil {
+				o.res.Syncs += sc.SyncCount() - syncs0
+			}
+			o.res.Elapsed += el
+			o.lat = append(o.lat, lat...)
+			rate := float64(len(lat)) / el.Seconds()
+			o.res.Min, o.res.Max = min(o.res.Min, rate), max(o.res.Max, rate)
+		}
+		if done {
+			break
+		}
+	}
+	out := make([]Result, 0, len(logs))
+	for _, o := range logs {
+		o.res.fill(o.lat)
+		out = append(out, o.res)
 	}
 	return out, nil
 }
