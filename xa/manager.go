@@ -140,8 +140,10 @@ func (m *Manager) Begin(ctx context.Context) (*Tx, error) {
 //
 // The error is nil exactly when the transaction committed; Result.Pending
 // then lists branches that recovery will finish. An error matching
-// ErrAborted means nothing committed; ErrOutcomeUnknown means recovery
-// will decide from the decision log. Do not blindly retry on the latter.
+// ErrAborted means nothing committed (when fn failed, the *AbortError
+// wraps fn's error, so errors.Is and errors.As see it, and ErrTimeout when
+// the timeout was the cause); ErrOutcomeUnknown means recovery will decide
+// from the decision log. Do not blindly retry on the latter.
 func (m *Manager) Run(ctx context.Context, fn func(ctx context.Context, tx *Tx) error) (res Result, err error) {
 	tx, err := m.Begin(ctx)
 	if err != nil {
@@ -154,11 +156,19 @@ func (m *Manager) Run(ctx context.Context, fn func(ctx context.Context, tx *Tx) 
 		}
 	}()
 	if err := fn(tx.Context(), tx); err != nil {
+		reason := err
 		if rerr := tx.Rollback(context.WithoutCancel(ctx)); rerr != nil && !errors.Is(rerr, ErrTxDone) {
-			err = errors.Join(err, fmt.Errorf("rollback: %w", rerr))
+			reason = errors.Join(reason, fmt.Errorf("rollback: %w", rerr))
 		}
-		res, _ := tx.result()
-		return res, err
+		res, txErr := tx.result()
+		// fn often fails because the transaction timed out (its statement
+		// was cancelled): say so, whatever fn's error says.
+		var ae *AbortError
+		if errors.As(txErr, &ae) && (errors.Is(ae.Reason, ErrTimeout) || errors.Is(ae.Reason, context.Canceled) ||
+			errors.Is(ae.Reason, context.DeadlineExceeded)) && !errors.Is(err, ae.Reason) {
+			reason = errors.Join(reason, ae.Reason)
+		}
+		return res, &AbortError{ID: tx.id, Reason: reason}
 	}
 	return tx.Commit(ctx)
 }

@@ -135,8 +135,11 @@ type State struct {
 // Total is the sum over both databases.
 func (s State) Total() int64 { return s.MySQLTotal + s.PGTotal }
 
-// Read reads the state of both databases.
-func Read(ctx context.Context, mysqlDSN, pgDSN string) (State, error) {
+// Read reads the state of both databases. Prepared branches are those
+// of transaction-manager node node (all of them when node is ""): XA
+// RECOVER lists the whole server's, other tests' and applications'
+// included.
+func Read(ctx context.Context, mysqlDSN, pgDSN, node string) (State, error) {
 	var s State
 	my, err := sql.Open("mysql", mysqlDSN)
 	if err != nil {
@@ -172,7 +175,14 @@ func Read(ctx context.Context, mysqlDSN, pgDSN string) (State, error) {
 			rows.Close()
 			return s, err
 		}
-		s.MySQLPrepared = append(s.MySQLPrepared, fmt.Sprintf("%d:%q", f, data))
+		if gl < 0 || bl < 0 || gl+bl != int64(len(data)) {
+			rows.Close()
+			return s, fmt.Errorf("mysql: XA RECOVER row with lengths %d+%d for %d bytes", gl, bl, len(data))
+		}
+		x := xa.XID{FormatID: int32(f), Gtrid: data[:gl], Bqual: data[gl:]}
+		if owned(x, node) {
+			s.MySQLPrepared = append(s.MySQLPrepared, x.String())
+		}
 	}
 	rows.Close()
 
@@ -210,10 +220,17 @@ func Read(ctx context.Context, mysqlDSN, pgDSN string) (State, error) {
 			prows.Close()
 			return s, err
 		}
-		s.PGPrepared = append(s.PGPrepared, gid)
+		if x, err := xa.ParseXID(gid); node == "" || err == nil && owned(x, node) {
+			s.PGPrepared = append(s.PGPrepared, gid)
+		}
 	}
 	prows.Close()
 	return s, prows.Err()
+}
+
+func owned(x xa.XID, node string) bool {
+	g, _, ok := xa.Owned(x)
+	return node == "" || ok && g.Node == node
 }
 
 // Violation is a broken invariant.

@@ -33,6 +33,7 @@ type WorkerConfig struct {
 	Transfers       int           // per worker; 0 runs until ctx ends
 	Crash           string        // crashpoint spec, "" for none
 	Seed            uint64        // for the random transfers
+	Fixed           *Transfer     // if set, every transfer is this one
 	Timeout         time.Duration // global transaction timeout
 	Logger          *slog.Logger
 }
@@ -93,6 +94,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 					return
 				}
 				t := Random(r, cfg.Accounts)
+				if cfg.Fixed != nil {
+					t = *cfg.Fixed
+				}
 				res, err := mgr.Run(ctx, func(ctx context.Context, tx *xa.Tx) error { return Do(ctx, tx, myP, pgP, t) })
 				switch {
 				case err == nil && len(res.Pending) > 0:

@@ -258,7 +258,7 @@ func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 
 	// 6. Invariants, by direct SQL.
 	s.step("checking the invariants with direct SQL")
-	st, err := bank.Read(ctx, o.mysqlDSN, o.pgDSN)
+	st, err := bank.Read(ctx, o.mysqlDSN, o.pgDSN, "demo")
 	if err != nil {
 		return err
 	}

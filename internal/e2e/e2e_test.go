@@ -1,0 +1,139 @@
+// Package e2e holds end-to-end tests of the transaction manager against
+// real MariaDB and PostgreSQL servers: the bank invariant, the
+// cross-database deadlock broken by the global timeout, and crash and
+// fault tests with a coordinator process killed by SIGKILL. Invariants are
+// checked with direct SQL, never by asking the transaction manager.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	xamysql "github.com/xadb/xa/drivers/mysql"
+	xapg "github.com/xadb/xa/drivers/postgres"
+	"github.com/xadb/xa/internal/bank"
+	"github.com/xadb/xa/internal/dbtest"
+	"github.com/xadb/xa/recovery"
+	"github.com/xadb/xa/recovery/filelog"
+	"github.com/xadb/xa/xa"
+)
+
+// workerEnv, when set in the environment, makes the test binary act as a
+// coordinator process (bank.RunWorker) configured by its JSON value: the
+// crash tests start it, kill it and recover after it.
+const workerEnv = "XA_E2E_WORKER"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(workerEnv); spec != "" {
+		var cfg bank.WorkerConfig
+		if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "worker config:", err)
+			os.Exit(2)
+		}
+		if err := bank.RunWorker(context.Background(), cfg, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	dbtest.Main(m)
+}
+
+// bankEnv is a pair of databases with the bank tables, and the node id
+// of the test's transaction manager: unique, because tests share the
+// MariaDB server, whose XA RECOVER lists every test's branches, and a
+// scanner resolves every branch of its node.
+type bankEnv struct {
+	t        *testing.T
+	my, pg   *dbtest.DB
+	accounts int
+	logDir   string
+	node     string
+}
+
+var nodeSeq atomic.Int64
+
+func newBank(t *testing.T, my, pg *dbtest.DB, accounts int) *bankEnv {
+	t.Helper()
+	ctx := context.Background()
+	if err := bank.Setup(ctx, my.DSN(), pg.DSN(), accounts); err != nil {
+		t.Fatal(err)
+	}
+	node := fmt.Sprintf("e2e%d-%d", os.Getpid(), nodeSeq.Add(1))
+	return &bankEnv{t: t, my: my, pg: pg, accounts: accounts, logDir: t.TempDir(), node: node}
+}
+
+// rms opens both resource managers with the bank's participant names.
+func (b *bankEnv) rms() (*xamysql.RM, *xapg.RM) {
+	b.t.Helper()
+	ctx := context.Background()
+	my, err := xamysql.Open(ctx, xamysql.Config{Name: bank.MySQLName, DSN: b.my.DSN(), MaxConns: 64})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { my.Close() })
+	pg, err := xapg.Open(ctx, xapg.Config{Name: bank.PostgresName, DSN: b.pg.DSN(), MaxConns: 64})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(pg.Close)
+	return my, pg
+}
+
+// recoverAll runs recovery until nothing of node is in doubt and every
+// record is forgotten. grace is short because the coordinator is known to
+// be dead.
+func (b *bankEnv) recoverAll(grace time.Duration) recovery.Report {
+	b.t.Helper()
+	ctx := context.Background()
+	log, err := filelog.Open(b.logDir, filelog.Options{})
+	if err != nil {
+		b.t.Fatalf("reopening the decision log: %v", err)
+	}
+	defer log.Close()
+	my, pg := b.rms()
+	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{my, pg}, Log: log, Nodes: []string{b.node}, Grace: grace})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var all recovery.Report
+	deadline := time.Now().Add(grace + time.Minute)
+	for {
+		rep, err := sc.Scan(ctx)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		all.Branches = append(all.Branches, rep.Branches...)
+		all.Forgotten = append(all.Forgotten, rep.Forgotten...)
+		recs, err := log.Commits(ctx)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		if rep.InDoubt() == 0 && len(recs) == 0 && len(rep.Errors) == 0 {
+			return all
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("recovery did not finish: %d in doubt, %d records, errors %v, kept %v", rep.InDoubt(), len(recs), rep.Errors, rep.Kept)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// check verifies the bank invariants with direct SQL; prepared branches
+// count when node owns them (other tests share the MariaDB server).
+func (b *bankEnv) check(committed []string) bank.State {
+	b.t.Helper()
+	st, err := bank.Read(context.Background(), b.my.DSN(), b.pg.DSN(), b.node)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if err := st.Check(b.accounts, committed); err != nil {
+		b.t.Fatal(err)
+	}
+	return st
+}
