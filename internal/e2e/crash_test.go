@@ -137,7 +137,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 			if committed, _ := w.reported(); len(committed) > 0 {
 				t.Fatalf("the worker reported %v before its crash point", committed)
 			}
-			rep := b.recoverAll(2*time.Second+500*time.Millisecond)
+			rep := b.recoverAll(2*time.Second + 500*time.Millisecond)
 			st := b.check(nil)
 			n := len(st.MySQLLedger)
 			if tc.committed && n != 1 || !tc.committed && n != 0 {
@@ -186,7 +186,7 @@ func TestRandomKills(t *testing.T) {
 		for k, v := range counts {
 			totals[k] += v
 		}
-		rep := b.recoverAll(1500*time.Millisecond)
+		rep := b.recoverAll(1500 * time.Millisecond)
 		totals["recovered"] += countDone(rep)
 		b.check(committed)
 	}
@@ -249,7 +249,7 @@ func TestServerRestartsWithPreparedBranches(t *testing.T) {
 				}
 				srv.Start(t)
 			}
-			b.recoverAll(2500*time.Millisecond)
+			b.recoverAll(2500 * time.Millisecond)
 			st = b.check(nil)
 			if len(st.MySQLLedger) != 1 {
 				t.Fatalf("%d transfers committed after restarts and recovery; want exactly the decided one", len(st.MySQLLedger))

@@ -85,7 +85,7 @@ func TestLostCommitReply(t *testing.T) {
 			log.Close()
 			// Whatever the coordinator left (a pending branch, a record
 			// kept for verification) recovery finishes.
-			b.recoverAll(7*time.Second)
+			b.recoverAll(7 * time.Second)
 			b.check([]string{res.ID.String()})
 		})
 	}
