@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"flag"
+	"runtime"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -12,7 +14,18 @@ import (
 	"github.com/xadb/xa/xa"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+// TestMain runs the tests against real servers (internal/dbtest). The
+// tests mostly wait on the database, so unless -parallel is given they run
+// at least eight at a time even on a machine with fewer CPUs.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set && runtime.GOMAXPROCS(0) < 8 {
+		flag.Set("test.parallel", "8") //nolint:errcheck // the flag exists
+	}
+	dbtest.Main(m)
+}
 
 // testCtx returns a context that ends with the test (or after a minute).
 func testCtx(t testing.TB) context.Context {
