@@ -46,7 +46,8 @@ type branch struct {
 	mu        sync.Mutex
 	state     state
 	committed bool          // stDone by commit
-	conn      *pgxpool.Conn // nil once released
+	votedRO   bool          // stDone by a read-only vote: nothing to commit or roll back
+	conn      *pgxpool.Conn // taken at the first statement; nil once released
 	running   chan struct{} // non-nil while a statement (or its Rows, BatchResults) is outstanding
 	orphaned  bool          // ended while a statement was outstanding: it releases conn
 	sent      bool          // a statement has been sent
@@ -144,7 +145,7 @@ func (b *branch) Prepare(ctx context.Context) (xa.Vote, error) {
 		return xa.VoteAbort, b.err(opPrepare, b.broken.Kind, b.broken.Err)
 	case b.conn == nil || (!b.begun && b.conn.Conn().PgConn().TxStatus() == 'I'):
 		b.release(false)
-		b.setDone(false)
+		b.setReadOnly()
 		return xa.VoteReadOnly, nil
 	}
 	pc := b.conn.Conn().PgConn()
@@ -164,7 +165,7 @@ func (b *branch) Prepare(ctx context.Context) (xa.Vote, error) {
 				return xa.VoteAbort, b.err(opPrepare, xa.ErrRolledBack, b.rolledBackReason("COMMIT of the read-only branch", tag))
 			}
 			b.release(false)
-			b.setDone(true)
+			b.setReadOnly()
 			return xa.VoteReadOnly, nil
 		}
 	}
@@ -267,13 +268,13 @@ func (b *branch) CommitOnePhase(ctx context.Context) error {
 
 // Commit commits the prepared branch with COMMIT PREPARED on any pooled
 // session (see RM.Commit for the errors). Committing a branch already
-// committed through this Branch returns nil.
+// committed through this Branch, or one that voted read-only, returns nil.
 func (b *branch) Commit(ctx context.Context) error {
 	b.mu.Lock()
-	st, committed := b.state, b.committed
+	st, committed, votedRO := b.state, b.committed, b.votedRO
 	b.mu.Unlock()
 	switch {
-	case st == stDone && committed:
+	case st == stDone && (committed || votedRO):
 		return nil
 	case st == stDone:
 		return b.err(opCommit, xa.ErrRolledBack, errors.New("the branch was rolled back"))
@@ -292,7 +293,8 @@ func (b *branch) Commit(ctx context.Context) error {
 // the server; if it does not end in time the session is closed, which
 // rolls the transaction back), a prepared one with ROLLBACK PREPARED (a
 // gid the server does not know is success). Rolling back a finished branch
-// is a no-op, unless it committed: ErrInvalidState.
+// (rolled back, aborted, read-only) is a no-op, unless it committed:
+// ErrInvalidState.
 func (b *branch) Rollback(ctx context.Context) error {
 	b.mu.Lock()
 	st, committed := b.state, b.committed
@@ -424,6 +426,13 @@ func releaseConn(conn *pgxpool.Conn, destroy bool) {
 		cancel()
 	}
 	conn.Release()
+}
+
+func (b *branch) setReadOnly() {
+	b.mu.Lock()
+	b.votedRO = true
+	b.mu.Unlock()
+	b.setDone(false)
 }
 
 func (b *branch) setDone(committed bool) {
