@@ -100,9 +100,13 @@ func (b *branch) enter(ctx context.Context) (*stmt, error) {
 		if err != nil {
 			close(running)
 			b.running = nil
+			orphaned := b.orphaned
 			b.mu.Unlock()
 			stop()
 			cancel(nil)
+			if orphaned {
+				b.rm.untrack(b)
+			}
 			return nil, b.err(opExec, nil, fmt.Errorf("no connection for the branch: %w", err))
 		}
 		conn = c

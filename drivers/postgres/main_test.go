@@ -3,8 +3,8 @@ package postgres
 import (
 	"context"
 	"flag"
-	"runtime"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
