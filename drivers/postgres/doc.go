@@ -8,8 +8,8 @@
 //   - Sessions. A branch pins one pooled connection from its first
 //     statement (Start does no I/O) until PREPARE TRANSACTION; the
 //     prepared transaction then belongs to no session and the connection
-//     goes back to the pool. Phase 2 runs on
-//     any pooled connection, outside any transaction block. A connection
+//     goes back to the pool. Phase 2 runs on any pooled connection,
+//     outside any transaction block. A connection
 //     whose state is unknown (lost reply, statement that would not
 //     cancel) is closed, never pooled.
 //   - Round trips. BEGIN travels with the branch's first statement; a
@@ -28,12 +28,33 @@
 //     parameter). Recover lists the current database's prepared
 //     transactions; gids that are not XIDs are listed with a zero XID.
 //   - Errors. Every failure of an XA command is an *xa.Error whose kind
-//     says what happened (see classify in errors.go for the table) and
-//     which wraps the *pgconn.PgError.
+//     says what happened (see Error kinds) and which wraps the
+//     *pgconn.PgError; misconfigurations also say how to fix them.
 //   - Cancellation. A statement whose context (or the context given to
 //     Start) ends is cancelled on the server with a cancel request; the
 //     session survives unless the server does not answer within two
 //     seconds.
+//
+// # Error kinds
+//
+// At Prepare (the vote is then VoteAbort) and CommitOnePhase, every server
+// ERROR means the transaction was rolled back: ErrRolledBack, for a
+// transaction that had failed (PREPARE TRANSACTION answers the tag
+// ROLLBACK), deferred constraints (23xxx), serialization failures and
+// deadlocks (40xxx), 0A000 (temporary tables, WITH HOLD cursors,
+// LISTEN/NOTIFY, exported snapshots), 57014 (cancelled); except 42710
+// ErrDuplicateXID, 55000 (prepared transactions disabled) and 53200 (no
+// free slot) ErrMisconfigured. A lost reply is ErrOutcomeUnknown (the
+// branch may be prepared); a command certainly never sent is
+// ErrRolledBack (the open transaction dies with its session).
+//
+// At COMMIT PREPARED and ROLLBACK PREPARED (Branch.Commit, Branch.Rollback
+// of a prepared branch, RM.Commit, RM.Rollback): 42704 ErrUnknownXID
+// (Rollback reports it as nil; on Commit it is ambiguous), 55000 (busy:
+// another session is finishing the branch) and 57014 ErrRetryable, 42501
+// (another role's branch) and 0A000 (another database's branch)
+// ErrMisconfigured, a lost reply ErrOutcomeUnknown, a command never sent
+// (no connection) ErrRetryable.
 //
 // # The caller's duties
 //
@@ -61,7 +82,7 @@
 //
 //	rm, err := postgres.Open(ctx, postgres.Config{Name: "pg-orders", DSN: dsn})
 //	...
-//	s, err := tx.Enlist(ctx, rm) // xa.Tx
-//	conn := s.(*postgres.Conn)
+//	conn, err := rm.Enlist(ctx, tx) // tx.Enlist(ctx, rm) with the session as a *postgres.Conn
+//	...
 //	_, err = conn.Exec(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2", 10, 1)
 package postgres
