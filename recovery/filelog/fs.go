@@ -150,5 +150,7 @@ func lockHolder(path string) string {
 	if pid == "" {
 		return ""
 	}
-	return " (held by process " + pid + ")"
+	// The file names the last process that opened the log; a Verify or
+	// Dump holding a shared lock does not write it.
+	return " (last opened by process " + pid + ")"
 }

@@ -36,6 +36,9 @@ func FuzzReplay(f *testing.F) {
 	f.Add(append(slices.Clone(seg), make([]byte, 64)...))
 	f.Add([]byte{})
 	f.Add([]byte("xa-dlog\n"))
+	bad := slices.Clone(seg)
+	bad[headerSize+frameHeader+2] ^= 1 // the first record, with valid ones after it
+	f.Add(bad)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, segmentName(1))

@@ -575,7 +575,7 @@ func (l *Log) append(b []byte) error {
 	if end > l.allocated {
 		l.allocated = end
 		if fill := min(zeroChunk, l.opts.SegmentSize-end); fill > 0 {
-			if _, err := l.active.WriteAt(zeros[:fill], end); err != nil {
+			if _, err := l.active.WriteAt(zeros()[:fill], end); err != nil {
 				return fmt.Errorf("preallocating %s at offset %d: %w", name, end, err)
 			}
 			l.allocated = end + fill
@@ -587,7 +587,7 @@ func (l *Log) append(b []byte) error {
 // zeroChunk is how much of a segment is preallocated at a time.
 const zeroChunk = 1 << 20
 
-var zeros = make([]byte, zeroChunk)
+var zeros = sync.OnceValue(func() []byte { return make([]byte, zeroChunk) })
 
 // trim cuts the active segment's unused preallocated space and makes the
 // segment durable (fsync), so that a closed segment ends at its last
