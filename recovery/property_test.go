@@ -67,6 +67,7 @@ func TestAtomicityUnderFaults(t *testing.T) {
 			crashAt = fmt.Sprintf("%s/%d/%d", op, rapid.IntRange(0, n-1).Draw(rt, "crashBranch"), rapid.IntRange(1, 2).Draw(rt, "crashAttempt"))
 		}
 		logFails := rapid.IntRange(0, 19).Draw(rt, "logFails") == 0
+		async := rapid.Bool().Draw(rt, "asyncCommit")
 
 		var mu sync.Mutex
 		crashed := false
@@ -100,7 +101,7 @@ func TestAtomicityUnderFaults(t *testing.T) {
 			rms[i] = memrm.New("rm"+strconv.Itoa(i), dbs[i], inject)
 		}
 		mgr, err := xa.NewManager(xa.Config{Node: "prop", Log: log, Timeout: 100 * time.Millisecond,
-			Phase2Attempts: 2, Phase2Timeout: 50 * time.Millisecond, RetryBackoff: time.Microsecond})
+			Phase2Attempts: 2, Phase2Timeout: 50 * time.Millisecond, RetryBackoff: time.Microsecond, AsyncCommit: async})
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -136,6 +137,11 @@ func TestAtomicityUnderFaults(t *testing.T) {
 			default:
 				rt.Fatalf("Commit returned an error of no known kind: %v", err)
 			}
+		}
+		// The process lives on until its asynchronous phase 2 ends (or
+		// it dies: every operation then fails at once).
+		if err := mgr.Close(ctx); err != nil {
+			rt.Fatal(err)
 		}
 		mu.Lock()
 		if crashed {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -43,6 +44,16 @@ type Config struct {
 	// Observer, if set, is told about every finished transaction (see
 	// the metrics package).
 	Observer Observer
+
+	// AsyncCommit makes Commit return as soon as the commit decision is
+	// durable, with phase 2 going on in the background (Result.Phase2
+	// closes when it ends). The transaction is committed then — recovery
+	// guarantees every branch commits — but its effects may not yet be
+	// visible in every database, and its locks are held until phase 2
+	// ends. Transactions that commit in one phase, or whose only prepared
+	// branch needs no decision record, still commit synchronously. Call
+	// Manager.Close before exiting. Default false.
+	AsyncCommit bool
 }
 
 // Observer receives statistics of finished transactions. Implementations
@@ -65,8 +76,9 @@ type TxStats struct {
 // Manager begins and coordinates global transactions. It is safe for
 // concurrent use by many goroutines.
 type Manager struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	async sync.WaitGroup // asynchronous phase 2s in flight
 }
 
 // NewManager checks cfg and returns a Manager.
@@ -94,6 +106,19 @@ func NewManager(cfg Config) (*Manager, error) {
 		l = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return &Manager{cfg: cfg, log: l.With("node", cfg.Node)}, nil
+}
+
+// Close waits until every asynchronous phase 2 (Config.AsyncCommit) has
+// ended, or ctx ends. Transactions may not begin after Close.
+func (m *Manager) Close(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { m.async.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("xa: asynchronous phase 2 still running: %w", ctx.Err())
+	}
 }
 
 // Node returns the manager's node id.

@@ -22,7 +22,11 @@ type Result struct {
 	Logged bool
 	// Pending names the participants whose branch is left to recovery:
 	// for a committed transaction they are decided and will commit.
+	// With Config.AsyncCommit it is empty when Commit returns.
 	Pending []string
+	// Phase2 is closed when phase 2 has ended, with Config.AsyncCommit;
+	// nil otherwise (phase 2 ended before Commit returned).
+	Phase2 <-chan struct{}
 }
 
 // Tx is one global transaction. Its methods are safe for concurrent use.
@@ -40,7 +44,8 @@ type Tx struct {
 	rms      []ResourceManager
 	byName   map[string]int
 	origins  []Origin
-	durable  *decision // set once the commit decision may be acted on
+	durable  *decision     // set once the commit decision may be acted on
+	phase2   chan struct{} // closed when an asynchronous phase 2 ends
 	res      Result
 	err      error
 	finished bool
@@ -81,8 +86,9 @@ func (tx *Tx) Context() context.Context { return tx.ctx }
 // Enlist adds a branch on rm to the transaction and returns the branch's
 // session: the driver's native API (drivers offer typed helpers, such as
 // mysql.RM.Enlist). Enlisting the same participant again returns the same
-// session. ctx bounds only the wait for a session; the transaction's own
-// context bounds the work on it.
+// session. The branch is started with the transaction's own context, which
+// bounds all work on it (ResourceManager.Start); ctx is only checked
+// before, since drivers defer their I/O to the first statement.
 func (tx *Tx) Enlist(ctx context.Context, rm ResourceManager) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -197,55 +203,90 @@ func (tx *Tx) expiryEvent() event {
 }
 
 // run drives the machine from ev until the transaction finishes,
-// performing actions concurrently. It is called with tx.mu held.
+// performing actions concurrently. It is called with tx.mu held. With
+// Config.AsyncCommit it returns as soon as the commit decision is durable
+// and finishes phase 2 on a goroutine of its own.
 func (tx *Tx) run(ctx context.Context, ev event) {
-	t := &tracker{start: time.Now()}
-	events := make(chan event, 2*len(tx.branches)+2)
-	inflight := 0
-	expired := tx.ctx.Done()
-	cancelled := ctx.Done()
-	var fin *outcome
-	acts := tx.m.step(ev)
+	d := &driver{
+		tx: tx, ctx: ctx, t: &tracker{start: time.Now()},
+		events:    make(chan event, 2*len(tx.branches)+2),
+		expired:   tx.ctx.Done(),
+		cancelled: ctx.Done(),
+	}
+	d.loop(tx.m.step(ev), tx.mgr.cfg.AsyncCommit)
+}
+
+// driver is one run of the machine: the actions in flight and their
+// results.
+type driver struct {
+	tx        *Tx
+	ctx       context.Context
+	t         *tracker
+	events    chan event
+	inflight  int
+	expired   <-chan struct{}
+	cancelled <-chan struct{}
+	fin       *outcome
+}
+
+// loop performs acts and steps the machine with their outcomes until the
+// transaction finishes, or, if mayHandOff, until the commit decision is
+// durable: the rest of phase 2 then goes on in a goroutine.
+func (d *driver) loop(acts []action, mayHandOff bool) {
+	tx := d.tx
 	for {
-		for _, a := range acts {
-			switch a := a.(type) {
-			case actFinish:
-				fin = &a.res
-			case actRelease:
-				if err := tx.branches[a.i].Close(); err != nil {
-					tx.mgr.log.Warn("releasing branch session", "tx", tx.id, "rm", tx.rms[a.i].Name(), "err", err)
-				}
-			case actForget:
-				if err := tx.mgr.cfg.Log.Forget(context.WithoutCancel(ctx), tx.id); err != nil {
-					tx.mgr.log.Warn("forgetting decision record; recovery will", "tx", tx.id, "err", err)
-				}
-			case actCommit:
-				inflight++
-				t.started(a)
-				go tx.performCommit(ctx, a, tx.decided(), events)
-			default:
-				inflight++
-				t.started(a)
-				go tx.perform(ctx, a, events)
-			}
+		d.start(acts)
+		if d.fin != nil && d.inflight == 0 {
+			tx.finish(*d.fin, d.t)
+			return
 		}
-		if fin != nil && inflight == 0 {
-			tx.finish(*fin, t)
+		if mayHandOff && tx.m.phase == phaseCommitting && tx.m.logged {
+			tx.handOff()
+			go func() {
+				d.loop(nil, false)
+			}()
 			return
 		}
 		select {
-		case ev := <-events:
-			inflight--
-			t.done(ev)
+		case ev := <-d.events:
+			d.inflight--
+			d.t.done(ev)
 			acts = tx.m.step(ev)
-		case <-expired:
-			expired = nil
+		case <-d.expired:
+			d.expired = nil
 			acts = tx.m.step(tx.expiryEvent())
-		case <-cancelled:
-			cancelled = nil
+		case <-d.cancelled:
+			d.cancelled = nil
 			// Before the decision, the caller giving up aborts; after
 			// it, phase 2 goes on regardless.
-			acts = tx.m.step(evRollback{reason: ctx.Err()})
+			acts = tx.m.step(evRollback{reason: d.ctx.Err()})
+		}
+	}
+}
+
+// start starts the I/O of acts; their outcomes arrive on d.events.
+func (d *driver) start(acts []action) {
+	tx := d.tx
+	for _, a := range acts {
+		switch a := a.(type) {
+		case actFinish:
+			d.fin = &a.res
+		case actRelease:
+			if err := tx.branches[a.i].Close(); err != nil {
+				tx.mgr.log.Warn("releasing branch session", "tx", tx.id, "rm", tx.rms[a.i].Name(), "err", err)
+			}
+		case actForget:
+			if err := tx.mgr.cfg.Log.Forget(context.WithoutCancel(d.ctx), tx.id); err != nil {
+				tx.mgr.log.Warn("forgetting decision record; recovery will", "tx", tx.id, "err", err)
+			}
+		case actCommit:
+			d.inflight++
+			d.t.started(a)
+			go tx.performCommit(d.ctx, a, tx.decided(), d.events)
+		default:
+			d.inflight++
+			d.t.started(a)
+			go tx.perform(d.ctx, a, d.events)
 		}
 	}
 }
@@ -340,11 +381,31 @@ func (tx *Tx) commitBranch(ctx context.Context, d decision, i int, viaRM bool) e
 	return tx.branches[i].Commit(ctx)
 }
 
-func (tx *Tx) finish(o outcome, t *tracker) {
+// handOff tells the caller that the transaction committed, once its
+// decision is durable, while phase 2 goes on (Config.AsyncCommit).
+func (tx *Tx) handOff() {
 	tx.finished = true
 	tx.stopExp()
 	tx.cancel(ErrTxDone)
-	tx.res = Result{ID: tx.id, Committed: o.committed, OnePhase: o.onePhase, Logged: o.logged}
+	tx.phase2 = make(chan struct{})
+	tx.res = Result{ID: tx.id, Committed: true, Logged: true, Phase2: tx.phase2}
+	tx.err = nil
+	tx.mgr.async.Add(1)
+}
+
+// finish records the outcome. After a hand-off it runs on phase 2's own
+// goroutine, without tx.mu: it takes it.
+func (tx *Tx) finish(o outcome, t *tracker) {
+	if tx.phase2 != nil {
+		tx.mu.Lock()
+		defer tx.mu.Unlock()
+		defer tx.mgr.async.Done()
+		defer close(tx.phase2)
+	}
+	tx.finished = true
+	tx.stopExp()
+	tx.cancel(ErrTxDone)
+	tx.res = Result{ID: tx.id, Committed: o.committed, OnePhase: o.onePhase, Logged: o.logged, Phase2: tx.phase2}
 	for _, i := range o.pending {
 		tx.res.Pending = append(tx.res.Pending, tx.rms[i].Name())
 	}

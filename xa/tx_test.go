@@ -355,3 +355,46 @@ func TestEnlistSameParticipantTwice(t *testing.T) {
 type observerFunc func(xa.TxStats)
 
 func (f observerFunc) ObserveTx(s xa.TxStats) { f(s) }
+
+func TestAsyncCommitReturnsAtTheDecision(t *testing.T) {
+	r := newRig(t, 2, xa.Config{AsyncCommit: true, Phase2Attempts: 50})
+	// rm1's first commits fail: phase 2 outlives Commit.
+	r.fault(memrm.OpCommit, 1, memrm.Fail)
+	ctx := context.Background()
+	tx, _ := r.mgr.Begin(ctx)
+	r.put(tx, 0, 1, 10) //nolint:errcheck
+	r.put(tx, 1, 1, 20) //nolint:errcheck
+	res, err := tx.Commit(ctx)
+	if err != nil || !res.Committed || !res.Logged || res.Phase2 == nil {
+		t.Fatalf("Commit = %+v, %v; want committed, logged, with a Phase2 channel", res, err)
+	}
+	if _, ok := r.row(1, 1); ok {
+		t.Fatal("rm1 committed although its commits fail")
+	}
+	if r.records() != 1 {
+		t.Fatal("the decision record must stay while phase 2 runs")
+	}
+	select {
+	case <-res.Phase2:
+		t.Fatal("phase 2 ended while rm1 fails")
+	case <-time.After(50 * time.Millisecond):
+	}
+	r.fault(memrm.OpCommit, 1, memrm.OK)
+	select {
+	case <-res.Phase2:
+	case <-time.After(10 * time.Second):
+		t.Fatal("phase 2 did not end")
+	}
+	if v, ok := r.row(1, 1); !ok || v != 20 {
+		t.Fatal("rm1 not committed after phase 2")
+	}
+	if err := r.mgr.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r.records() != 0 {
+		t.Fatal("record not forgotten after phase 2")
+	}
+	if _, err := tx.Commit(ctx); !errors.Is(err, xa.ErrTxDone) {
+		t.Fatalf("Commit again: %v", err)
+	}
+}

@@ -349,13 +349,29 @@ func unavailable(t testing.TB, err error) {
 	t.Skipf("dbtest: database unavailable, skipping: %v", err)
 }
 
+// testSettings make throw-away servers skip fsync: tests kill server
+// processes, never the machine, and a killed process loses nothing the
+// operating system already has. Benchmarks and the demo (internal/localdb
+// directly) keep the durable defaults.
+var testSettings = map[Kind]map[string]string{
+	MySQL:    {"innodb-flush-log-at-trx-commit": "2"},
+	Postgres: {"fsync": "off", "full_page_writes": "off"},
+}
+
 func startServer(k Kind, settings map[string]string) (*Server, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if useDocker() {
-		return startContainer(ctx, k, settings)
+	merged := map[string]string{}
+	for n, v := range testSettings[k] {
+		merged[n] = v
 	}
-	return startLocal(ctx, k, settings)
+	for n, v := range settings {
+		merged[n] = v
+	}
+	if useDocker() {
+		return startContainer(ctx, k, merged)
+	}
+	return startLocal(ctx, k, merged)
 }
 
 // Main runs the tests and then destroys every server this binary started.
