@@ -210,3 +210,45 @@ func TestAtomicityUnderFaults(t *testing.T) {
 		_ = anyWork
 	})
 }
+
+// TestStartScansFirstThenPeriodically: Start resolves leftovers before it
+// returns, then keeps scanning until stopped.
+func TestStartScansFirstThenPeriodically(t *testing.T) {
+	ctx := context.Background()
+	db := memrm.NewDB()
+	log := memrm.NewLog()
+	g, _ := xa.NewGlobalID("start", time.Now().Add(-time.Hour))
+	leftover := memrm.New("rm", db, nil)
+	b, _ := leftover.Start(ctx, g.Branch(0))
+	b.(*memrm.Branch).Put(ctx, 1, 1) //nolint:errcheck
+	if v, err := b.Prepare(ctx); v != xa.VotePrepared {
+		t.Fatal(v, err)
+	}
+	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{memrm.New("rm", db, nil)}, Log: log, Nodes: []string{"start"}, Grace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	scans := 0
+	first, stop, err := sc.Start(ctx, 10*time.Millisecond, func(recovery.Report, error) { mu.Lock(); scans++; mu.Unlock() })
+	if err != nil || len(first.Branches) != 1 || !first.Branches[0].Done || first.Branches[0].Verdict != recovery.Rollback {
+		t.Fatalf("first scan = %+v, %v; want the leftover rolled back", first, err)
+	}
+	if len(db.Prepared()) != 0 {
+		t.Fatal("leftover still prepared after Start returned")
+	}
+	time.Sleep(100 * time.Millisecond)
+	stop()
+	mu.Lock()
+	n := scans
+	mu.Unlock()
+	if n < 3 {
+		t.Fatalf("%d scans in 100ms at a 10ms interval", n)
+	}
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if scans != n {
+		t.Fatal("scans went on after stop")
+	}
+}

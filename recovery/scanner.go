@@ -15,9 +15,9 @@
 // Caller's duties:
 //
 //  1. Scan once when the process starts, before (or while) new
-//     transactions begin, so that a crash's leftovers are resolved.
-//  2. Keep Run going (or call Scan periodically): a branch left pending by
-//     a failed phase 2, or by a coordinator that died, is resolved there.
+//     transactions begin, so that a crash's leftovers are resolved, and
+//  2. keep scanning periodically: a branch left pending by a failed phase
+//     2, or by a coordinator that died, is resolved there. Start does both.
 //  3. Configure every participant the transaction manager used, under the
 //     same names: a record naming an unknown participant is kept and
 //     reported, never forgotten.
@@ -369,6 +369,37 @@ func (s *Scanner) record(b *Branch, err error, msg string, attrs []any) {
 		lvl = slog.LevelInfo
 	}
 	s.log.Log(context.Background(), lvl, "could not resolve in-doubt branch yet", append(attrs, "verdict", b.Verdict, "err", err)...)
+}
+
+// Start runs a first scan now, so that a crash's leftovers are resolved
+// before the caller goes on, and then keeps scanning every interval in a
+// goroutine until ctx ends or stop is called (stop waits for it). This is
+// how a process that runs a Manager starts its recovery. Each report,
+// the first included, is passed to report (which may be nil).
+func (s *Scanner) Start(ctx context.Context, interval time.Duration, report func(Report, error)) (first Report, stop func(), err error) {
+	first, err = s.Scan(ctx)
+	if report != nil {
+		report(first, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			rep, err := s.Scan(ctx)
+			if report != nil && ctx.Err() == nil {
+				report(rep, err)
+			}
+		}
+	}()
+	return first, func() { cancel(); <-done }, err
 }
 
 // Run scans now and then every interval until ctx ends. Each report is

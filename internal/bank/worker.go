@@ -13,6 +13,7 @@ import (
 	xamysql "github.com/xadb/xa/drivers/mysql"
 	xapg "github.com/xadb/xa/drivers/postgres"
 	"github.com/xadb/xa/internal/crashpoint"
+	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/recovery/filelog"
 	"github.com/xadb/xa/xa"
 )
@@ -73,6 +74,18 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 		return err
 	}
 	myP, pgP := trig.WrapRM(my), trig.WrapRM(pg)
+	// Recovery of this node runs at start-up and every few seconds, as in
+	// any process that runs a Manager.
+	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{my, pg}, Log: log,
+		Nodes: []string{cfg.Node}, Grace: mgr.GracePeriod(), Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	_, stop, err := sc.Start(ctx, 5*time.Second, nil)
+	defer stop()
+	if err != nil {
+		return fmt.Errorf("recovery at start-up: %w", err)
+	}
 
 	var mu sync.Mutex
 	emit := func(format string, args ...any) {
