@@ -297,7 +297,14 @@ func (l *Log) LogCommit(ctx context.Context, rec xa.CommitRecord) error {
 	if err != nil {
 		return fmt.Errorf("filelog: commit %v: %w", rec.ID, err)
 	}
-	return l.appendDurable(ctx, RecordCommit, payload)
+	// The codec accepts some records it cannot read back (an RM name
+	// over 1 KiB, say). Such a record would make the log unreadable:
+	// refuse it now.
+	var check xa.CommitRecord
+	if err := check.UnmarshalBinary(payload); err != nil {
+		return fmt.Errorf("filelog: commit %v cannot be logged, it would not decode: %w", rec.ID, err)
+	}
+	return l.appendDurable(ctx, RecordCommit, payload, decoded{id: check.ID, key: commitKey(payload, check.ID)})
 }
 
 // LogHeuristic appends h and returns once it is durable, like LogCommit.
@@ -308,7 +315,13 @@ func (l *Log) LogHeuristic(ctx context.Context, h xa.HeuristicRecord) error {
 	if err != nil {
 		return fmt.Errorf("filelog: heuristic %v: %w", h.XID, err)
 	}
-	return l.appendDurable(ctx, RecordHeuristic, payload)
+	// Keep the decoded form of what is on disk, so that reads give the
+	// same before and after a restart.
+	d, err := decodePayload(RecordHeuristic, payload)
+	if err != nil {
+		return fmt.Errorf("filelog: heuristic %v cannot be logged, it would not decode: %w", h.XID, err)
+	}
+	return l.appendDurable(ctx, RecordHeuristic, payload, d)
 }
 
 // ClearHeuristic drops every heuristic record of x and returns once that is
@@ -317,18 +330,15 @@ func (l *Log) ClearHeuristic(ctx context.Context, x xa.XID) error {
 	if err := x.Validate(); err != nil {
 		return fmt.Errorf("filelog: clear heuristic: %w", err)
 	}
-	return l.appendDurable(ctx, RecordClear, []byte(x.String()))
+	k := x.String()
+	return l.appendDurable(ctx, RecordClear, []byte(k), decoded{xid: x, key: k})
 }
 
-func (l *Log) appendDurable(ctx context.Context, t RecordType, payload []byte) error {
+// appendDurable queues a record (payload, and what the state needs of it in
+// d) and waits until it is durable or ctx ends.
+func (l *Log) appendDurable(ctx context.Context, t RecordType, payload []byte, d decoded) error {
 	if len(payload) > maxPayload {
-		return fmt.Errorf("filelog: %v record of %d bytes exceeds the limit of %d", t, len(payload), maxPayload)
-	}
-	// Keep the decoded form of what is on disk, so that reads give the
-	// same before and after a restart.
-	d, err := decodePayload(t, payload)
-	if err != nil {
-		return fmt.Errorf("filelog: %v record: %w", t, err)
+		return fmt.Errorf("filelog: %v %s: record of %d bytes exceeds the limit of %d", t, d.key, len(payload), maxPayload)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("filelog: %v %s not logged: %w", t, d.key, err)
@@ -399,7 +409,11 @@ func (l *Log) Lookup(ctx context.Context, id xa.GlobalID) (xa.CommitRecord, bool
 	if r == nil {
 		return xa.CommitRecord{}, false, nil
 	}
-	return cloneCommit(r.commit), true, nil
+	c, err := r.commit()
+	if err != nil {
+		return xa.CommitRecord{}, false, err
+	}
+	return c, true, nil
 }
 
 // Commits returns the live (durable, not forgotten) commit records, oldest
@@ -413,7 +427,7 @@ func (l *Log) Commits(ctx context.Context) ([]xa.CommitRecord, error) {
 	if err := l.usable(); err != nil {
 		return nil, err
 	}
-	return l.st.commitList(), nil
+	return l.st.commitList()
 }
 
 // Heuristics returns the heuristic records not cleared, oldest first:

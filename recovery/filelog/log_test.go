@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -178,7 +179,7 @@ func TestLookupMissing(t *testing.T) {
 func TestInvalidRecordsRejected(t *testing.T) {
 	ctx := context.Background()
 	l := mustOpen(t, t.TempDir(), Options{NoSync: true})
-	defer mustClose(t, l)
+	defer func() { mustClose(t, l) }()
 	if err := l.LogCommit(ctx, xa.CommitRecord{}); err == nil {
 		t.Error("LogCommit of a record without id succeeded")
 	}
@@ -191,6 +192,34 @@ func TestInvalidRecordsRejected(t *testing.T) {
 	if err := l.ClearHeuristic(ctx, xa.XID{}); err == nil {
 		t.Error("ClearHeuristic of the zero XID succeeded")
 	}
+
+	// Records the codec encodes but cannot decode must be refused, or
+	// they would make the log unreadable.
+	longRM := commitRec(gid(1), 1)
+	longRM.Branches[0].RM = strings.Repeat("r", 2000)
+	badNode := commitRec(gid(2), 1)
+	badNode.ID.Node = "no.dots"
+	longReason := heurRec(3, xa.OutcomeCommit)
+	longReason.Reason = strings.Repeat("x", 70_000)
+	for _, rec := range []xa.CommitRecord{longRM, badNode} {
+		if _, err := rec.MarshalBinary(); err != nil {
+			t.Fatalf("the codec no longer encodes this record (%v); pick another", err)
+		}
+		if err := l.LogCommit(ctx, rec); err == nil {
+			t.Errorf("LogCommit of a record that does not decode succeeded")
+		}
+	}
+	if err := l.LogHeuristic(ctx, longReason); err == nil {
+		t.Error("LogHeuristic of a record that does not decode succeeded")
+	}
+	if err := l.LogCommit(ctx, commitRec(gid(4), 2)); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+	if _, err := Verify(l.dir); err != nil {
+		t.Fatalf("log unreadable after refused records: %v", err)
+	}
+	l = mustOpen(t, l.dir, Options{NoSync: true})
 }
 
 func TestClosed(t *testing.T) {

@@ -2,20 +2,30 @@ package filelog
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 
 	"github.com/xadb/xa/xa"
 )
 
 // liveRecord is a commit or heuristic record that the log must keep: its
-// decoded form for reads, its frame for copying it forward, and the
-// segment that holds its newest copy.
+// frame (for reads, and for copying it forward), the segment that holds
+// its newest copy, and for a heuristic its decoded form. Commit records
+// are decoded when read: reads are rare, writes are not.
 type liveRecord struct {
 	frame     []byte
 	seg       uint64
 	dead      bool // forgotten, cleared or replaced
-	commit    xa.CommitRecord
 	heuristic xa.HeuristicRecord
+}
+
+// commit decodes the commit record r holds.
+func (r *liveRecord) commit() (xa.CommitRecord, error) {
+	var c xa.CommitRecord
+	if err := c.UnmarshalBinary(r.frame[frameHeader:]); err != nil {
+		return c, fmt.Errorf("filelog: decoding a live record: %w", err)
+	}
+	return c, nil
 }
 
 // segStat counts what a segment still holds that is live.
@@ -81,7 +91,7 @@ func (s *state) apply(t RecordType, d *decoded, frame []byte, seg uint64) {
 	case RecordCommit:
 		k := d.key
 		s.forget(k)
-		r := &liveRecord{frame: frame, seg: seg, commit: d.commit}
+		r := &liveRecord{frame: frame, seg: seg}
 		s.commits[k] = r
 		s.link(r)
 	case RecordForget:
@@ -110,15 +120,19 @@ func (s *state) forget(k string) {
 }
 
 // commitList returns the live commit records, oldest (by Logged) first.
-func (s *state) commitList() []xa.CommitRecord {
+func (s *state) commitList() ([]xa.CommitRecord, error) {
 	out := make([]xa.CommitRecord, 0, len(s.commits))
 	for _, r := range s.commits {
-		out = append(out, cloneCommit(r.commit))
+		c, err := r.commit()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
 	}
 	slices.SortFunc(out, func(a, b xa.CommitRecord) int {
 		return cmp.Or(a.Logged.Compare(b.Logged), cmp.Compare(a.ID.String(), b.ID.String()))
 	})
-	return out
+	return out, nil
 }
 
 // heuristicList returns the live heuristic records, oldest (by Time) first.
@@ -184,14 +198,6 @@ func (s *state) plan(first, active uint64, segmentSize int64) (retire []uint64, 
 // minSegments is the number of segments the log may keep before it copies
 // live records forward regardless of how live their segment is.
 const minSegments = 8
-
-func cloneCommit(r xa.CommitRecord) xa.CommitRecord {
-	r.Branches = slices.Clone(r.Branches)
-	for i := range r.Branches {
-		r.Branches[i].XID = cloneXID(r.Branches[i].XID)
-	}
-	return r
-}
 
 func cloneHeuristic(h xa.HeuristicRecord) xa.HeuristicRecord {
 	h.XID = cloneXID(h.XID)

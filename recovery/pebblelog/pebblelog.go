@@ -7,12 +7,14 @@
 // Pebble's commit pipeline lets concurrent writers share a sync. Forget is a
 // delete written without sync.
 //
-// Caveat, demonstrated by this package's tests: Pebble's WAL replay treats a
-// bad chunk in the last WAL as the end of the log unless a later chunk in a
-// later 32 KiB block proves otherwise. A record damaged in the middle of the
-// log's last block is taken for a torn tail, and every record after it is
-// dropped silently on Open. recovery/filelog fails Open with ErrCorrupt
-// instead.
+// Caveat, demonstrated by this package's tests: Pebble's WAL replay takes a
+// bad chunk in the last WAL for the end of the log unless a WAL-sync chunk
+// in a later 32 KiB block proves otherwise. Such chunks are written only in
+// WALs created after the format is at least FormatWALSyncChunks (never in
+// the first WAL of a new database). A record damaged in the last block, or
+// anywhere in a WAL without them, is taken for a torn tail, and every
+// record after it is dropped silently on Open. recovery/filelog fails Open
+// with ErrCorrupt instead.
 package pebblelog
 
 import (
@@ -91,6 +93,12 @@ func (l *Log) LogCommit(ctx context.Context, rec xa.CommitRecord) error {
 	v, err := rec.MarshalBinary()
 	if err != nil {
 		return fmt.Errorf("pebblelog: commit %v: %w", rec.ID, err)
+	}
+	// The codec encodes some records it cannot decode; one would make
+	// Commits fail for good.
+	var check xa.CommitRecord
+	if err := check.UnmarshalBinary(v); err != nil {
+		return fmt.Errorf("pebblelog: commit %v cannot be logged, it would not decode: %w", rec.ID, err)
 	}
 	if err := l.db.Set(key(rec.ID), v, l.write); err != nil {
 		return fmt.Errorf("pebblelog: commit %v: %w: %w", rec.ID, xa.ErrOutcomeUnknown, err)
