@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
@@ -106,13 +107,18 @@ Exit code 3 when in-doubt branches remain after the run.`,
 				return nil
 			}
 
-			m := metrics.New(prometheus.DefaultRegisterer)
+			// A registry of this run's own: Main may run more than once
+			// in a process (tests), and the default registry refuses a
+			// second registration of the same collectors with a panic.
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			m := metrics.New(reg)
 			if metricsAddr != "" {
 				ln, err := net.Listen("tcp", metricsAddr)
 				if err != nil {
 					return fmt.Errorf("--metrics-addr: %w", err)
 				}
-				srv := &http.Server{Handler: promhttp.Handler(), ReadHeaderTimeout: 5 * time.Second}
+				srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 				go srv.Serve(ln)                         //nolint:errcheck // ends with Shutdown
 				defer srv.Shutdown(context.Background()) //nolint:errcheck
 				fmt.Fprintf(g.stderr, "metrics on http://%s/metrics\n", ln.Addr())

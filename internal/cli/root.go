@@ -69,6 +69,12 @@ type globals struct {
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return mainContext(ctx, args, stdout, stderr)
+}
+
+// mainContext is Main with a given context: ending ctx stops the command
+// as SIGINT does (tests run recover --watch with it).
+func mainContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	g := &globals{stdout: stdout, stderr: stderr, getenv: os.Getenv}
 	root := newRoot(g)
 	root.SetArgs(args)
