@@ -65,6 +65,7 @@ is then recorded in the decision log as a heuristic outcome, which list and
 			// Find the participant that holds the branch.
 			var holder *participant
 			var prep xa.PreparedBranch
+			var holders []string
 			for _, p := range ps {
 				if only != "" && p.cfg.Name != only {
 					continue
@@ -75,14 +76,20 @@ is then recorded in the decision log as a heuristic outcome, which list and
 					continue
 				}
 				for _, b := range list {
-					if b.XID.Equal(x) {
+					if b.XID.Equal(x) && holder != p {
 						holder, prep = p, b
+						holders = append(holders, p.cfg.Name)
 					}
 				}
 			}
 			if holder == nil {
 				printErrors(g.stderr, errs)
 				return fmt.Errorf("%s is not prepared on any participant that could be listed (already resolved? see xactl list)", x)
+			}
+			if len(holders) > 1 {
+				// Only another application can have prepared the same
+				// XID on two databases: never guess which one is meant.
+				return usageErr("%s is prepared on %s: choose one with --participant", x, strings.Join(holders, " and "))
 			}
 
 			// What does the decision log say?
