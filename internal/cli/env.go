@@ -110,7 +110,7 @@ func readSnapshot(dir string) (*snapshotLog, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, corruptHint(dir, err)
 	}
 	for _, k := range horder {
 		if h, ok := heur[k]; ok {
@@ -145,7 +145,17 @@ func openLog(dir string, log *slog.Logger) (*filelog.Log, error) {
 		return nil, fmt.Errorf("%w\nA transaction manager is running with this decision log: it resolves its own in-doubt branches. "+
 			"Stop it to resolve them with xactl, or use --dry-run / xactl list, which read the log without taking it", err)
 	}
-	return l, err
+	return l, corruptHint(dir, err)
+}
+
+// corruptHint adds to a corrupt-log error what the operator should do.
+func corruptHint(dir string, err error) error {
+	if !errors.Is(err, filelog.ErrCorrupt) {
+		return err
+	}
+	return fmt.Errorf("%w\nThe decision log in %s is damaged beyond a torn tail; nothing was changed and nothing is resolved "+
+		"from it until it is repaired. See the damage with xactl log verify and the records with xactl log dump; "+
+		"keep a copy of the directory and do not delete records by hand: every live commit record decides branches", err, dir)
 }
 
 func newScanner(c *config.Config, ps []*participant, log recovery.Log, logger *slog.Logger) (*recovery.Scanner, error) {
