@@ -125,12 +125,12 @@ var _ xa.DecisionLog = (*Log)(nil)
 //
 // Replay reads every segment in order. A torn tail (an incomplete, zeroed
 // or bad-checksum record at the end of the last segment with no valid
-// record after it: a write that was cut short and never acknowledged) is
-// cut off, with a warning on the logger. Anything else that is bad (a bad
-// record followed by a valid one, a bad record in any segment but the
-// last, a bad segment header, a missing segment) is corruption: Open
-// returns an error wrapping ErrCorrupt that names the file and offset, and
-// modifies nothing.
+// record after it: a write that was cut short and never acknowledged, or
+// unused preallocated space) is cut off, with a message on the logger.
+// Anything else that is bad (a bad record followed by a valid one, a bad
+// record in any segment but the last, a bad segment header, a missing
+// segment) is corruption: Open returns an error wrapping ErrCorrupt that
+// names the file and offset, and modifies no file but the lock file.
 func Open(dir string, opts Options) (*Log, error) {
 	if opts.SegmentSize <= 0 {
 		opts.SegmentSize = DefaultSegmentSize
@@ -290,8 +290,8 @@ func (l *Log) createSegment(n uint64) (file, error) {
 // xa.ErrOutcomeUnknown: the record was queued and may still become
 // durable. The same holds for every other error once the record was queued
 // (a failed write or sync stops the log, see ErrFailed). Only when ctx is
-// already done on entry, or the record does not encode, is it known not to
-// be logged.
+// already done on entry, or the record does not survive an encode and
+// decode round trip, is it known not to be logged.
 func (l *Log) LogCommit(ctx context.Context, rec xa.CommitRecord) error {
 	payload, err := rec.MarshalBinary()
 	if err != nil {
@@ -400,16 +400,18 @@ func (l *Log) Lookup(ctx context.Context, id xa.GlobalID) (xa.CommitRecord, bool
 	if err := ctx.Err(); err != nil {
 		return xa.CommitRecord{}, false, err
 	}
+	k := id.String()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if err := l.usable(); err != nil {
+		l.mu.Unlock()
 		return xa.CommitRecord{}, false, err
 	}
-	r := l.st.commits[id.String()]
+	r := l.st.commits[k]
+	l.mu.Unlock()
 	if r == nil {
 		return xa.CommitRecord{}, false, nil
 	}
-	c, err := r.commit()
+	c, err := r.commit() // frames never change: decode without the lock
 	if err != nil {
 		return xa.CommitRecord{}, false, err
 	}
@@ -423,11 +425,13 @@ func (l *Log) Commits(ctx context.Context) ([]xa.CommitRecord, error) {
 		return nil, err
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if err := l.usable(); err != nil {
+		l.mu.Unlock()
 		return nil, err
 	}
-	return l.st.commitList()
+	live := l.st.liveCommits()
+	l.mu.Unlock()
+	return commitList(live) // frames never change: decode without the lock
 }
 
 // Heuristics returns the heuristic records not cleared, oldest first:

@@ -119,10 +119,19 @@ func (s *state) forget(k string) {
 	}
 }
 
-// commitList returns the live commit records, oldest (by Logged) first.
-func (s *state) commitList() ([]xa.CommitRecord, error) {
-	out := make([]xa.CommitRecord, 0, len(s.commits))
+// liveCommits returns the live commit records.
+func (s *state) liveCommits() []*liveRecord {
+	out := make([]*liveRecord, 0, len(s.commits))
 	for _, r := range s.commits {
+		out = append(out, r)
+	}
+	return out
+}
+
+// commitList decodes live commit records, oldest (by Logged) first.
+func commitList(live []*liveRecord) ([]xa.CommitRecord, error) {
+	out := make([]xa.CommitRecord, 0, len(live))
+	for _, r := range live {
 		c, err := r.commit()
 		if err != nil {
 			return nil, err
