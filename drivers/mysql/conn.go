@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"sync/atomic"
+	"time"
 )
 
 // mysqlDriverConn is the method set of go-sql-driver's connection that
@@ -45,6 +46,8 @@ type drvConn struct {
 	// cleanAt is when the session was last released with no branch on it
 	// (Unix nanoseconds; 0 never).
 	cleanAt atomic.Int64
+	// connected is when the connection was made.
+	connected time.Time
 
 	rm *RM
 }
@@ -143,7 +146,7 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		dc.Close()
 		return nil, fmt.Errorf("mysql: go-sql-driver connection %T lacks an interface this package needs", dc)
 	}
-	w := &drvConn{mysqlDriverConn: mc, rm: c.rm}
+	w := &drvConn{mysqlDriverConn: mc, rm: c.rm, connected: time.Now()}
 	row, err := queryRow(ctx, mc, "SELECT CONNECTION_ID(), VERSION()")
 	if err != nil {
 		mc.Close()

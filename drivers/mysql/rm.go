@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -56,7 +57,14 @@ type RM struct {
 	// Commit and Rollback can tell that a preparing session still
 	// connected is one of ours that has since ended its branch.
 	conns sync.Map
+	// noProcess is set once the server refused INNODB_TRX (no PROCESS
+	// privilege).
+	noProcess atomic.Bool
+	trx       *trxReadings // shared by every RM of this process on the same server and user
 }
+
+// sharedReadings holds one *trxReadings per server address and user.
+var sharedReadings sync.Map
 
 var _ xa.ResourceManager = (*RM)(nil)
 
@@ -95,6 +103,8 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 		log:  log.With("rm", cfg.Name),
 	}
 	rm.db = sql.OpenDB(&connector{inner: inner, rm: rm})
+	tr, _ := sharedReadings.LoadOrStore(dsn.Net+"("+dsn.Addr+")/"+dsn.User, &trxReadings{})
+	rm.trx = tr.(*trxReadings)
 	n := cfg.MaxConns
 	if n <= 0 {
 		n = DefaultMaxConns
@@ -154,6 +164,8 @@ func (rm *RM) Name() string { return rm.name }
 // Start opens branch xid on a session taken from the pool and pinned to
 // the branch until it ends. No SQL is sent: XA START goes with the
 // branch's first statement. The returned branch's Session() is a *Conn.
+// With a ctx that has already ended, Start takes no session and returns a
+// branch whose statements fail with ctx's error.
 //
 // An XID breaking a limit is refused with ErrInvalidXID before anything
 // is sent.
@@ -164,12 +176,18 @@ func (rm *RM) Start(ctx context.Context, xid xa.XID) (xa.Branch, error) {
 	if rm.closed.Load() {
 		return nil, rm.rmError(opStart, xid, nil, errors.New("resource manager closed"))
 	}
-	s, err := rm.newSession(ctx)
-	if err != nil {
-		return nil, rm.rmError(opStart, xid, nil, err)
-	}
-	b := &branch{rm: rm, xid: xid, lit: xidLiteral(xid), s: s, state: stIdle}
+	b := &branch{rm: rm, xid: xid, lit: xidLiteral(xid), state: stIdle}
 	b.work, b.stopWork = context.WithCancelCause(ctx)
+	if ctx.Err() == nil {
+		s, err := rm.newSession(ctx)
+		if err != nil {
+			b.stopWork(err)
+			return nil, rm.rmError(opStart, xid, nil, err)
+		}
+		b.s = s
+	}
+	// else: the branch's work is over before it began; it takes no
+	// session, its statements fail and it votes read-only.
 	b.conn = &Conn{b: b}
 	return b, nil
 }
@@ -224,8 +242,8 @@ func (rm *RM) finish(ctx context.Context, op string, xid xa.XID, from xa.Origin)
 		clean = false
 		return rm.rmError(op, xid, xa.ErrRetryable, fmt.Errorf("checking before %s: %w", op, err))
 	}
-	if pc.alive {
-		return rm.rmError(op, xid, xa.ErrRetryable, fmt.Errorf("preparing session %d still connected", from.Session))
+	if pc.alive != nil {
+		return rm.rmError(op, xid, xa.ErrRetryable, pc.alive)
 	}
 	if !pc.listed && pc.twin != nil {
 		// MariaDB matches a detached branch without its formatID: XA
@@ -273,26 +291,29 @@ func (rm *RM) finish(ctx context.Context, op string, xid xa.XID, from xa.Origin)
 
 // precheckResult is what the server says before phase 2 by XID.
 type precheckResult struct {
-	alive  bool               // the preparing session may still hold the branch
+	alive  error              // non-nil: the preparing session may still hold the branch (why)
 	listed bool               // XA RECOVER lists the XID
 	twin   *xa.PreparedBranch // a listed branch equal but for its formatID
 }
 
-// precheck asks, in one round trip, whether the session that prepared a
-// branch may still hold it (the server has not restarted since
-// from.Prepared and the connection id is still in the process list) and
-// what XA RECOVER lists. The session check is skipped when from.Session
-// is 0, or when the session is one of this RM's own that has ended its
-// branches since the prepare.
-func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Origin) (precheckResult, error) {
-	var pc precheckResult
-	checkSession := from.Session != 0
-	if v, ok := rm.conns.Load(from.Session); ok && checkSession {
-		dc := v.(*drvConn)
-		if !dc.xa.Load() && !from.Prepared.IsZero() && dc.cleanAt.Load() > from.Prepared.UnixNano() {
-			checkSession = false
-		}
-	}
+// precheck asks the server what phase 2 by XID must know first: what XA
+// RECOVER lists and, when from.Session is set, whether the session that
+// prepared the branch may still hold it.
+//
+// That session may still hold it while it is connected (fact 6), and also
+// for a moment after it has left the process list: MariaDB 10.11 removes a
+// closing session from the process list before InnoDB has detached its
+// prepared transaction, and an XA COMMIT from elsewhere in that window can
+// answer success without committing (the branch stays prepared in InnoDB
+// and is missing from XA RECOVER until a restart). So once the session is
+// out of the process list, precheck also makes sure that no InnoDB
+// transaction of that session is left (sessionsWithTrx).
+//
+// The session check is skipped when the session is one of this RM's own
+// that has ended its branches since from.Prepared. Without the PROCESS
+// privilege the INNODB_TRX check is skipped (Check warns about it).
+func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Origin) (pc precheckResult, err error) {
+	checkSession := from.Session != 0 && !rm.ownSessionWithout(from)
 	q := "XA RECOVER"
 	if checkSession {
 		q = "SHOW GLOBAL STATUS LIKE 'Uptime'; SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " +
@@ -304,28 +325,18 @@ func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Orig
 		return pc, err
 	}
 	defer rows.Close()
-	ambiguous := false
+	var uptime int64
+	var got time.Time
+	var inList int
 	if checkSession {
 		var name string
-		var uptime int64
-		if !rows.Next() {
-			return pc, fmt.Errorf("SHOW GLOBAL STATUS LIKE 'Uptime' returned no row: %w", rows.Err())
+		if err := scanOne(rows, &name, &uptime); err != nil {
+			return pc, fmt.Errorf("Uptime: %w", err)
 		}
-		if err := rows.Scan(&name, &uptime); err != nil {
-			return pc, err
+		got = time.Now()
+		if err := nextScanOne(rows, &inList); err != nil {
+			return pc, fmt.Errorf("process list: %w", err)
 		}
-		got := time.Now()
-		if !rows.NextResultSet() || !rows.Next() {
-			return pc, fmt.Errorf("process list query returned no row: %w", rows.Err())
-		}
-		var n int
-		if err := rows.Scan(&n); err != nil {
-			return pc, err
-		}
-		var restarted bool
-		restarted, ambiguous = restartedSince(sent, got, uptime, from.Prepared)
-		pc.alive = n > 0 && !restarted
-		ambiguous = ambiguous && pc.alive
 		if !rows.NextResultSet() {
 			return pc, fmt.Errorf("XA RECOVER returned no result: %w", rows.Err())
 		}
@@ -334,6 +345,7 @@ func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Orig
 	if err != nil {
 		return pc, err
 	}
+	rows.Close()
 	for _, r := range rs {
 		if bytes.Equal(r.gtrid, xid.Gtrid) && bytes.Equal(r.bqual, xid.Bqual) {
 			if r.formatID == int64(xid.FormatID) {
@@ -343,25 +355,205 @@ func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Orig
 			}
 		}
 	}
-	if err := rows.Err(); err != nil {
+	if !checkSession {
+		return pc, nil
+	}
+	restarted, ambiguous := restartedSince(sent, got, uptime, from.Prepared)
+	switch {
+	case restarted:
+		// That session is gone, and its id may now be somebody else's.
+		return pc, nil
+	case inList > 0 && !ambiguous:
+		pc.alive = fmt.Errorf("preparing session %d still connected", from.Session)
+		return pc, nil
+	case rm.noProcess.Load():
+		if inList > 0 {
+			pc.alive = fmt.Errorf("preparing session %d still connected", from.Session)
+		}
+		return pc, nil
+	}
+	threads, err := rm.sessionsWithTrx(ctx, s, got)
+	switch {
+	case errNumber(err) == erSpecificAccess:
+		// The snapshot transaction of the reading is still open.
+		if err := s.exec(ctx, "ROLLBACK"); err != nil {
+			return pc, err
+		}
+		rm.noProcess.Store(true)
+		rm.log.Warn("mysql: no PROCESS privilege: phase 2 by XID cannot see whether a closed session's branch is detached yet (fact 7)")
+		if inList > 0 {
+			pc.alive = fmt.Errorf("preparing session %d still connected", from.Session)
+		}
+		return pc, nil
+	case err != nil:
 		return pc, err
 	}
-	rows.Close()
-	if ambiguous {
-		// A session with the preparing session's id is connected, and
-		// the server may or may not have restarted since the prepare
-		// (Uptime has a resolution of one second). A preparing session
-		// that still holds a branch that wrote has an InnoDB
-		// transaction; one that has none cannot be holding a branch
-		// that a commit elsewhere could lose.
-		var trx int
-		err := s.conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = "+
-			strconv.FormatUint(from.Session, 10)).Scan(&trx)
-		if err == nil && trx == 0 {
-			pc.alive = false
+	switch {
+	case threads[from.Session]:
+		if inList > 0 {
+			pc.alive = fmt.Errorf("preparing session %d still connected", from.Session)
+		} else {
+			pc.alive = fmt.Errorf("preparing session %d has disconnected but InnoDB has not detached its transaction yet", from.Session)
 		}
+	case inList > 0:
+		// ambiguous: the id is connected, but the server may have
+		// restarted since the prepare (Uptime counts whole seconds), and
+		// that session holds no InnoDB transaction: it cannot be holding
+		// a branch that a commit elsewhere could lose.
 	}
 	return pc, nil
+}
+
+// ownSessionWithout reports whether the session id of from is one of this
+// RM's connections that cannot hold the branch: made after the prepare (the
+// server restarted and reused the id), or released clean since.
+func (rm *RM) ownSessionWithout(from xa.Origin) bool {
+	v, ok := rm.conns.Load(from.Session)
+	if !ok || from.Prepared.IsZero() {
+		return false
+	}
+	dc := v.(*drvConn)
+	if dc.connected.After(from.Prepared) {
+		return true
+	}
+	return !dc.xa.Load() && dc.cleanAt.Load() > from.Prepared.UnixNano()
+}
+
+// trxReadings shares readings of information_schema.INNODB_TRX among the
+// concurrent callers of every RM of the process on one server. MariaDB
+// serves INNODB_TRX from a snapshot that it refreshes only when the
+// previous read is more than 0.1 s old, so concurrent readers would keep
+// each other stale forever. One reading at a time, at least 0.11 s apart
+// (plus a random delay after a stale one, against other processes reading
+// in step), serves everybody who asked before it began.
+type trxReadings struct {
+	mu       sync.Mutex
+	taken    time.Time       // when the last fresh reading's transaction began
+	threads  map[uint64]bool // sessions with an InnoDB transaction at that reading
+	lastRead time.Time       // when the last reading ended
+	busy     chan struct{}   // closed when the reading in flight ends
+}
+
+// sessionsWithTrx returns the sessions that have an InnoDB transaction, as
+// of a moment after after. A reading is fresh when it shows the
+// transaction that the reading session itself opened just before. A
+// reading this call takes runs on s; after an error s may be left inside
+// a transaction.
+func (rm *RM) sessionsWithTrx(ctx context.Context, s *session, after time.Time) (map[uint64]bool, error) {
+	r := rm.trx
+	stale := 0
+	for {
+		r.mu.Lock()
+		if r.taken.After(after) {
+			m := r.threads
+			r.mu.Unlock()
+			return m, nil
+		}
+		if r.busy != nil {
+			ch := r.busy
+			r.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		ch := make(chan struct{})
+		r.busy = ch
+		wait := trxCacheAge - time.Since(r.lastRead)
+		if stale > 0 {
+			wait += rand.N(trxCacheAge)
+		}
+		r.mu.Unlock()
+
+		var taken time.Time
+		var threads map[uint64]bool
+		var fresh bool
+		var err error
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(wait):
+			taken, threads, fresh, err = rm.readTrx(ctx, s)
+		}
+		r.mu.Lock()
+		r.lastRead = time.Now()
+		if fresh {
+			r.taken, r.threads = taken, threads
+		}
+		r.busy = nil
+		close(ch)
+		r.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if !fresh {
+			if stale++; stale == staleReadings {
+				return nil, fmt.Errorf("no fresh reading of information_schema.INNODB_TRX after %d tries (somebody reads it more often than every 0.1 s)", stale)
+			}
+		}
+	}
+}
+
+const (
+	// trxCacheAge is how long INNODB_TRX must go unread for MariaDB to
+	// refresh it.
+	trxCacheAge = 110 * time.Millisecond
+	// staleReadings bounds the readings sessionsWithTrx takes.
+	staleReadings = 5
+)
+
+// readTrx takes one reading of INNODB_TRX inside a snapshot transaction
+// of session s, in one round trip.
+func (rm *RM) readTrx(ctx context.Context, s *session) (taken time.Time, threads map[uint64]bool, fresh bool, err error) {
+	taken = time.Now()
+	rows, err := s.conn.QueryContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT; "+
+		"SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id <> 0; COMMIT")
+	if err != nil {
+		return taken, nil, false, err
+	}
+	defer rows.Close()
+	threads = map[uint64]bool{}
+	for rows.Next() {
+		var id uint64
+		if err := rows.Scan(&id); err != nil {
+			return taken, nil, false, err
+		}
+		threads[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return taken, nil, false, err
+	}
+	for rows.NextResultSet() {
+	}
+	if err := rows.Err(); err != nil {
+		return taken, nil, false, err
+	}
+	rm.log.Debug("mysql: INNODB_TRX reading", "sessions", len(threads), "fresh", threads[s.id])
+	return taken, threads, threads[s.id], nil
+}
+
+// scanOne scans the first row of the current result set.
+func scanOne(rows *sql.Rows, dest ...any) error {
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return errors.New("no row")
+	}
+	return rows.Scan(dest...)
+}
+
+// nextScanOne moves to the next result set and scans its first row.
+func nextScanOne(rows *sql.Rows, dest ...any) error {
+	if !rows.NextResultSet() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return errors.New("no result")
+	}
+	return scanOne(rows, dest...)
 }
 
 // restartedSince tells from one reading of Uptime (taken between sent and
