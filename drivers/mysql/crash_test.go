@@ -86,7 +86,11 @@ func TestPreparedSurvivesRestartAndCrash(t *testing.T) {
 	// Clean restart.
 	a, b := prepare(false), prepare(false)
 	attached := prepare(true)
+	waitGone(t, raw, a.o.Session)
+	waitGone(t, raw, b.o.Session)
+	wantUnlisted(t, rm, 0) // detached and attached prepared branches are listed: no ghosts
 	srv.Restart(t)
+	wantUnlisted(t, rm, 0) // recovered branches are listed too
 	wantListed(a, b, attached)
 	// Make the preparing sessions' ids taken by new sessions.
 	held := holdSessionIDs(t, raw, a.o.Session, b.o.Session, attached.o.Session)
@@ -150,4 +154,15 @@ func holdSessionIDs(t *testing.T, raw *sql.DB, ids ...uint64) []*sql.Conn {
 		}
 	}
 	return held
+}
+
+// wantUnlisted checks UnlistedPrepared, after letting the INNODB_TRX
+// snapshot age enough to be refreshed.
+func wantUnlisted(t *testing.T, rm *RM, want int) {
+	t.Helper()
+	time.Sleep(200 * time.Millisecond)
+	n, err := rm.UnlistedPrepared(context.Background())
+	if err != nil || n != want {
+		t.Fatalf("UnlistedPrepared = %d, %v; want %d", n, err, want)
+	}
 }
