@@ -64,7 +64,22 @@ func NewGlobalID(node string, now time.Time) (GlobalID, error) {
 
 // String returns the gtrid text of g.
 func (g GlobalID) String() string {
-	return fmt.Sprintf("%s%s.%012x%016x", gtridPrefix, g.Node, uint64(g.Begun.UnixMilli())&(1<<48-1), g.Rand)
+	b := make([]byte, 0, len(gtridPrefix)+len(g.Node)+1+idHexLen)
+	b = append(b, gtridPrefix...)
+	b = append(b, g.Node...)
+	b = append(b, '.')
+	b = appendHex(b, uint64(g.Begun.UnixMilli())&(1<<48-1), 12)
+	b = appendHex(b, g.Rand, 16)
+	return string(b)
+}
+
+// appendHex appends v as exactly n lower-case hex digits.
+func appendHex(b []byte, v uint64, n int) []byte {
+	const digits = "0123456789abcdef"
+	for i := n - 1; i >= 0; i-- {
+		b = append(b, digits[(v>>(4*uint(i)))&0xf])
+	}
+	return b
 }
 
 // IsZero reports whether g is the zero GlobalID.

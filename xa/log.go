@@ -43,14 +43,25 @@ type BranchRecord struct {
 
 const recordVersion = 1
 
+// maxRMName bounds a participant name in records.
+const maxRMName = 1 << 10
+
 // ErrCorruptRecord is wrapped by UnmarshalBinary errors.
 var ErrCorruptRecord = errors.New("xa: corrupt decision record")
 
 // MarshalBinary encodes r in a compact, versioned binary form. Decision
 // logs add their own framing and checksums around it.
 func (r CommitRecord) MarshalBinary() ([]byte, error) {
+	// Refuse what UnmarshalBinary would refuse: a record that cannot be
+	// read back must never reach a log.
 	if r.ID.IsZero() {
 		return nil, fmt.Errorf("xa: commit record without a global id")
+	}
+	if err := ValidateNode(r.ID.Node); err != nil {
+		return nil, fmt.Errorf("xa: commit record: %w", err)
+	}
+	if len(r.Branches) > maxBranchIdx+1 {
+		return nil, fmt.Errorf("xa: commit record with %d branches", len(r.Branches))
 	}
 	b := make([]byte, 0, 64+48*len(r.Branches))
 	b = append(b, recordVersion)
@@ -60,6 +71,9 @@ func (r CommitRecord) MarshalBinary() ([]byte, error) {
 	for _, br := range r.Branches {
 		if err := br.XID.Validate(); err != nil {
 			return nil, err
+		}
+		if len(br.RM) > maxRMName {
+			return nil, fmt.Errorf("xa: commit record: participant name of %d bytes, the limit is %d", len(br.RM), maxRMName)
 		}
 		b = appendString(b, br.RM)
 		b = binary.AppendUvarint(b, uint64(uint32(br.XID.FormatID)))
@@ -91,7 +105,7 @@ func (r *CommitRecord) UnmarshalBinary(b []byte) error {
 	var out CommitRecord
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		var br BranchRecord
-		br.RM = d.string(1 << 10)
+		br.RM = d.string(maxRMName)
 		f := d.uvarint()
 		if f > 1<<31-1 {
 			d.fail("formatID out of range")
@@ -220,6 +234,9 @@ type HeuristicRecord struct {
 
 const heuristicVersion = 1
 
+// maxReason bounds an operator's reason in a heuristic record.
+const maxReason = 1 << 16
+
 // MarshalBinary encodes h in a compact, versioned binary form.
 func (h HeuristicRecord) MarshalBinary() ([]byte, error) {
 	if err := h.XID.Validate(); err != nil {
@@ -227,6 +244,9 @@ func (h HeuristicRecord) MarshalBinary() ([]byte, error) {
 	}
 	if h.Action != OutcomeCommit && h.Action != OutcomeRollback {
 		return nil, fmt.Errorf("xa: heuristic record with action %v", h.Action)
+	}
+	if len(h.RM) > maxRMName || len(h.Reason) > maxReason {
+		return nil, fmt.Errorf("xa: heuristic record: participant name or reason too long")
 	}
 	b := []byte{heuristicVersion}
 	b = appendString(b, h.RM)
@@ -252,7 +272,7 @@ func (h *HeuristicRecord) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("%w: unknown heuristic version %d", ErrCorruptRecord, v)
 	}
 	var out HeuristicRecord
-	out.RM = d.string(1 << 10)
+	out.RM = d.string(maxRMName)
 	f := d.uvarint()
 	if f > 1<<31-1 {
 		d.fail("formatID out of range")
@@ -263,7 +283,7 @@ func (h *HeuristicRecord) UnmarshalBinary(b []byte) error {
 	out.Action = Outcome(d.byte())
 	forced := d.byte()
 	out.Time = time.Unix(0, d.varint())
-	out.Reason = d.string(1 << 16)
+	out.Reason = d.string(maxReason)
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("trailing bytes")
 	}
