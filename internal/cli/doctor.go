@@ -208,6 +208,9 @@ func doctorLog(c *config.Config) []xa.Finding {
 		fs = append(fs, xa.Finding{Name: "integrity", Value: err.Error(), Severity: xa.SeverityFail, Fix: "the log is corrupt: keep a copy and inspect it with xactl log verify / log dump; never delete records by hand"})
 	case err != nil:
 		fs = append(fs, xa.Finding{Name: "integrity", Value: err.Error(), Severity: xa.SeverityFail, Fix: "the log cannot be read: check permissions"})
+	case len(rep.Segments) == 0:
+		fs = append(fs, xa.Finding{Name: "integrity", Value: "no decision log here (no segment files)", Severity: xa.SeverityWarn,
+			Fix: "point log.dir at the transaction manager's decision log directory (the transaction manager creates the log when it first starts); the other commands refuse a directory without a log"})
 	default:
 		v := fmt.Sprintf("%d segment(s), %d live commit record(s), %d heuristic outcome(s)", len(rep.Segments), rep.LiveCommits, rep.LiveHeuristics)
 		f := xa.Finding{Name: "integrity", Value: v, Severity: xa.SeverityOK}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"time"
 
@@ -85,6 +86,9 @@ type snapshotLog struct {
 var errReadOnly = errors.New("the decision log is open read-only")
 
 func readSnapshot(dir string) (*snapshotLog, error) {
+	if err := requireLog(dir); err != nil {
+		return nil, err
+	}
 	s := &snapshotLog{commits: map[string]xa.CommitRecord{}}
 	heur := map[string]xa.HeuristicRecord{}
 	var horder []string
@@ -140,12 +144,38 @@ func (s *snapshotLog) Forget(context.Context, xa.GlobalID) error { return errRea
 // openLog opens the decision log for writing; when another process holds
 // it, the error says what to do.
 func openLog(dir string, log *slog.Logger) (*filelog.Log, error) {
+	if err := requireLog(dir); err != nil {
+		return nil, err
+	}
 	l, err := filelog.Open(dir, filelog.Options{Logger: log})
 	if errors.Is(err, filelog.ErrLocked) {
 		return nil, fmt.Errorf("%w\nA transaction manager is running with this decision log: it resolves its own in-doubt branches. "+
 			"Stop it to resolve them with xactl, or use --dry-run / xactl list, which read the log without taking it", err)
 	}
 	return l, corruptHint(dir, err)
+}
+
+// requireLog refuses a directory that holds no decision log. xactl never
+// creates one (the transaction manager does, when it starts): a wrong
+// log.dir would otherwise look like an empty log, every in-doubt branch
+// would look undecided, and recovery would roll back branches whose commit
+// is logged in the right directory.
+func requireLog(dir string) error {
+	rep, err := filelog.Verify(dir)
+	switch {
+	case errors.Is(err, filelog.ErrCorrupt):
+		return nil // a log, damaged: reading or opening it says so
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("no decision log: %s does not exist; check log.dir (XACTL_LOG_DIR, --log-dir): "+
+			"it must be the directory of the transaction manager's decision log", dir)
+	case err != nil:
+		return fmt.Errorf("reading the decision log: %w", err)
+	case len(rep.Segments) == 0:
+		return fmt.Errorf("no decision log in %s (no segment files); check log.dir (XACTL_LOG_DIR, --log-dir): "+
+			"it must be the directory of the transaction manager's decision log. xactl does not create one: "+
+			"in the wrong directory every in-doubt branch would look undecided and be rolled back", dir)
+	}
+	return nil
 }
 
 // corruptHint adds to a corrupt-log error what the operator should do.
