@@ -118,15 +118,6 @@ func recoverList(t testing.TB, db *sql.DB) []xa.PreparedBranch {
 	return ps
 }
 
-func listedIn(ps []xa.PreparedBranch, x xa.XID) bool {
-	for _, p := range ps {
-		if p.XID.Equal(x) {
-			return true
-		}
-	}
-	return false
-}
-
 // conn returns the branch's *Conn.
 func conn(b xa.Branch) *Conn { return b.Session().(*Conn) }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/xadb/xa/xa"
 )
 
-// raceRounds is how many branches each half of TestFact7Race runs: ~500
+// raceRounds is how many branches each part of TestFact7Race runs: ~500
 // by default, 16,000 with XA_LONG=1 (the size of the run in xa-facts.md).
 func raceRounds() int {
 	if os.Getenv("XA_LONG") == "1" {
@@ -30,16 +30,18 @@ const raceClients = 16
 // Fact 7, measured: 16 clients, each preparing a branch on one session,
 // closing that session and at once committing the branch from another.
 //
-// Half 1 does it with raw SQL, as a naive TM would, and counts how often
-// XA COMMIT answers 1397 while XA RECOVER still lists the branch, and how
-// often it answers success without committing (the branch drops out of XA
-// RECOVER but stays prepared in InnoDB; UnlistedPrepared sees it, a
-// restart brings it back). Those counts are a measurement; the test checks
-// that its bookkeeping agrees with the server (every "lost" commit is
-// exactly a branch that reappears after the restart).
+// Parts 1 and 2 do it with raw SQL, as a hand-written TM would: part 1
+// commits at once, part 2 first waits until the closed session has left
+// the process list. Each counts how often XA COMMIT answers 1397 while XA
+// RECOVER still lists the branch, and how often it answers success without
+// committing (the branch drops out of XA RECOVER but stays prepared in
+// InnoDB; UnlistedPrepared sees it, a restart brings it back). Those counts
+// are measurements; the test checks that its bookkeeping agrees with the
+// server (every lost commit is exactly a branch that reappears after a
+// restart).
 //
-// Half 2 does the same through the RM: Branch.Close, then RM.Commit with
-// the branch's Origin, retried on ErrRetryable. Every commit must land,
+// Part 3 does the same through the RM: Branch.Close, then RM.Commit with
+// the branch's Origin, retried on ErrRetryable. Every commit must land and
 // nothing may stay prepared, before or after a restart.
 func TestFact7Race(t *testing.T) {
 	t.Parallel()
@@ -53,28 +55,114 @@ func TestFact7Race(t *testing.T) {
 	rm := openRM(t, db.DSN(), func(c *Config) { c.MaxConns = 4 * raceClients })
 	n := raceRounds()
 
-	// Half 1: raw SQL.
+	rawRace(t, srv, raw, rm, n, "raw SQL, commit at once", false)
+	rawRace(t, srv, raw, rm, n, "raw SQL, commit once the session has left the process list", true)
+
+	// Part 3: through the RM.
+	var retries, stillConnected, detaching atomic.Int64
+	runClients(n, func(i int) {
+		x := newXID(t)
+		b, err := rm.Start(ctx, x)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := conn(b).ExecContext(ctx, "INSERT INTO r VALUES (?)", i); err != nil {
+			t.Error(err)
+			return
+		}
+		if v, err := b.Prepare(ctx); v != xa.VotePrepared {
+			t.Errorf("vote %v: %v", v, err)
+			return
+		}
+		o := b.(xa.OriginReporter).Origin()
+		b.Close()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := rm.Commit(ctx, x, o)
+			if err == nil {
+				return
+			}
+			if !xa.Retryable(err) || time.Now().After(deadline) {
+				t.Errorf("RM.Commit %v: %v", x, err)
+				return
+			}
+			retries.Add(1)
+			switch {
+			case strings.Contains(err.Error(), "still connected"):
+				stillConnected.Add(1)
+			case strings.Contains(err.Error(), "not detached"):
+				detaching.Add(1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	time.Sleep(200 * time.Millisecond) // INNODB_TRX snapshot age
+	ghosts, err := rm.UnlistedPrepared(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM r").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fact 7, through RM.Commit with Origin, %d branches: %d retries (%d: preparing session still connected, "+
+		"%d: session gone from the process list but its InnoDB transaction not yet detached), rows %d, UnlistedPrepared %d",
+		n, retries.Load(), stillConnected.Load(), detaching.Load(), rows, ghosts)
+	if rows != n || ghosts != 0 {
+		t.Fatalf("committed %d of %d; %d prepared branches not in XA RECOVER", rows, n, ghosts)
+	}
+	srv.Restart(t)
+	if ps := recoverList(t, raw); len(ps) != 0 {
+		t.Fatalf("after restart, prepared again: %d branches, e.g. %s", len(ps), ps[0].Raw)
+	}
+	if err := raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM r").Scan(&rows); err != nil || rows != n {
+		t.Fatalf("after restart: %d rows, %v", rows, err)
+	}
+	mustExec(t, raw, "DELETE FROM r")
+}
+
+// rawRace runs one raw-SQL part of TestFact7Race, restarts the server to
+// bring back the branches whose commit was lost, checks that they are
+// exactly those, rolls them back and empties table r.
+func rawRace(t *testing.T, srv *dbtest.Server, raw *sql.DB, rm *RM, n int, name string, waitForSession bool) {
+	ctx := context.Background()
 	var ok, notaListed, notaUnlisted, other atomic.Int64
 	var mu sync.Mutex
-	answeredOK := map[int]xa.XID{}
+	answeredOK := map[int]bool{}
+	prefix := fmt.Sprintf("fact7-%v-", waitForSession)
 	runClients(n, func(i int) {
-		x := xa.XID{FormatID: 1, Gtrid: []byte(fmt.Sprintf("fact7-raw-%d", i))}
+		x := xa.XID{FormatID: 1, Gtrid: []byte(fmt.Sprintf("%s%d", prefix, i))}
 		lit := xidLiteral(x)
 		c, err := raw.Conn(ctx)
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		_, err = c.ExecContext(ctx, fmt.Sprintf("XA START %s; INSERT INTO r VALUES (%d); XA END %s; XA PREPARE %s", lit, i, lit, lit))
+		var id uint64
+		err = c.QueryRowContext(ctx, fmt.Sprintf("XA START %s; INSERT INTO r VALUES (%d); XA END %s; XA PREPARE %s; SELECT CONNECTION_ID()", lit, i, lit, lit)).Scan(&id)
 		c.Raw(func(any) error { return driver.ErrBadConn })
 		c.Close()
 		if err != nil {
 			t.Error(err)
 			return
 		}
+		if waitForSession {
+			for {
+				var k int
+				if err := raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&k); err != nil {
+					t.Error(err)
+					return
+				}
+				if k == 0 {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
 		answered := func() {
 			mu.Lock()
-			answeredOK[i] = x
+			answeredOK[i] = true
 			mu.Unlock()
 		}
 		_, err = raw.ExecContext(ctx, "XA COMMIT "+lit)
@@ -124,11 +212,16 @@ func TestFact7Race(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv.Restart(t)
+	if len(missing) > 0 || ghosts > 0 {
+		srv.Restart(t)
+	}
 	reappeared := 0
 	for _, p := range recoverList(t, raw) {
 		var i int
-		if _, err := fmt.Sscanf(string(p.XID.Gtrid), "fact7-raw-%d", &i); err != nil {
+		if !strings.HasPrefix(string(p.XID.Gtrid), prefix) {
+			continue
+		}
+		if _, err := fmt.Sscanf(string(p.XID.Gtrid[len(prefix):]), "%d", &i); err != nil {
 			continue
 		}
 		reappeared++
@@ -137,75 +230,13 @@ func TestFact7Race(t *testing.T) {
 		}
 		mustExec(t, raw, "XA ROLLBACK "+p.Raw)
 	}
-	t.Logf("fact 7, raw SQL, %d branches, %d clients: first XA COMMIT ok %d, 1397 while listed %d (then retried), 1397 not listed %d, other %d; "+
-		"answered ok (first try or retry) but not committed %d (UnlistedPrepared before restart %d, back in XA RECOVER after restart %d)",
-		n, raceClients, ok.Load(), notaListed.Load(), notaUnlisted.Load(), other.Load(), len(missing), ghosts, reappeared)
+	t.Logf("fact 7, %s, %d branches, %d clients: first XA COMMIT ok %d, 1397 while listed %d (then retried), 1397 not listed %d, other %d; "+
+		"answered ok (first try or retry) but not committed %d (UnlistedPrepared %d, back in XA RECOVER after a restart %d)",
+		name, n, raceClients, ok.Load(), notaListed.Load(), notaUnlisted.Load(), other.Load(), len(missing), ghosts, reappeared)
 	if reappeared != len(missing) || ghosts != len(missing) {
 		t.Errorf("lost commits %d, UnlistedPrepared %d, reappeared %d: these must agree", len(missing), ghosts, reappeared)
 	}
 	mustExec(t, raw, "DELETE FROM r")
-
-	// Half 2: through the RM.
-	var retries, stillConnected, detaching atomic.Int64
-	runClients(n, func(i int) {
-		x := newXID(t)
-		b, err := rm.Start(ctx, x)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		if _, err := conn(b).ExecContext(ctx, "INSERT INTO r VALUES (?)", i); err != nil {
-			t.Error(err)
-			return
-		}
-		if v, err := b.Prepare(ctx); v != xa.VotePrepared {
-			t.Errorf("vote %v: %v", v, err)
-			return
-		}
-		o := b.(xa.OriginReporter).Origin()
-		b.Close()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			err := rm.Commit(ctx, x, o)
-			if err == nil {
-				return
-			}
-			if !xa.Retryable(err) || time.Now().After(deadline) {
-				t.Errorf("RM.Commit %v: %v", x, err)
-				return
-			}
-			retries.Add(1)
-			switch {
-			case strings.Contains(err.Error(), "still connected"):
-				stillConnected.Add(1)
-			case strings.Contains(err.Error(), "not detached"):
-				detaching.Add(1)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	})
-	time.Sleep(200 * time.Millisecond)
-	ghosts, err = rm.UnlistedPrepared(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rows int
-	if err := raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM r").Scan(&rows); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("fact 7, through RM.Commit with Origin, %d branches: %d retries (%d: preparing session still connected, "+
-		"%d: session gone from the process list but its InnoDB transaction not yet detached), rows %d, UnlistedPrepared %d",
-		n, retries.Load(), stillConnected.Load(), detaching.Load(), rows, ghosts)
-	if rows != n || ghosts != 0 {
-		t.Fatalf("committed %d of %d; %d prepared branches not in XA RECOVER", rows, n, ghosts)
-	}
-	srv.Restart(t)
-	if ps := recoverList(t, raw); len(ps) != 0 {
-		t.Fatalf("after restart, prepared again: %d branches, e.g. %s", len(ps), ps[0].Raw)
-	}
-	if err := raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM r").Scan(&rows); err != nil || rows != n {
-		t.Fatalf("after restart: %d rows, %v", rows, err)
-	}
 }
 
 // runClients runs f(0..n-1) on raceClients goroutines.

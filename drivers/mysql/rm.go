@@ -212,8 +212,10 @@ func (rm *RM) Start(ctx context.Context, xid xa.XID) (xa.Branch, error) {
 // branch that differs from xid only in its formatID, and not xid itself,
 // Commit sends nothing and returns ErrUnknownXID (Rollback: nil).
 //
-// Commit costs two round trips: the check (process list and XA RECOVER)
-// and XA COMMIT.
+// Commit costs two round trips, the check (process list and XA RECOVER)
+// and XA COMMIT, plus, when the preparing session has left the process
+// list, a reading of INNODB_TRX shared with concurrent callers (see
+// precheck).
 func (rm *RM) Commit(ctx context.Context, xid xa.XID, from xa.Origin) error {
 	return rm.finish(ctx, opCommit, xid, from)
 }
@@ -270,8 +272,18 @@ func (rm *RM) finish(ctx context.Context, op string, xid xa.XID, from xa.Origin)
 	}
 	switch errNumber(err) {
 	case erXAERNota:
+		// Listed before the command, or now: attached to a session, or
+		// being detached from one (fact 7).
+		listed := pc.listed
+		if !listed {
+			ps, lerr := recoverOn(ctx, s.conn)
+			if lerr != nil {
+				return rm.rmError(op, xid, xa.ErrRetryable, fmt.Errorf("%w; then XA RECOVER failed: %w", err, lerr))
+			}
+			listed = listedIn(ps, xid)
+		}
 		switch {
-		case pc.listed:
+		case listed:
 			return rm.rmError(op, xid, xa.ErrRetryable, fmt.Errorf("%w, but XA RECOVER lists the branch: still attached to another session", err))
 		case op == opRollback:
 			return nil
@@ -681,4 +693,14 @@ func (rm *RM) UnlistedPrepared(ctx context.Context) (int, error) {
 		return 0, rm.wrap("unlisted", xa.XID{}, err)
 	}
 	return max(0, orphans-listed), nil
+}
+
+// listedIn reports whether ps lists x.
+func listedIn(ps []xa.PreparedBranch, x xa.XID) bool {
+	for _, p := range ps {
+		if p.XID.Equal(x) {
+			return true
+		}
+	}
+	return false
 }
