@@ -187,12 +187,20 @@ func (b *branch) Prepare(ctx context.Context) (xa.Vote, error) {
 // releases the session; if that fails the session is closed, which rolls
 // the branch back too.
 func (b *branch) rollbackAndEnd(ctx context.Context, active bool) {
-	err := b.rollbackOnSession(context.WithoutCancel(ctx), active)
+	// The caller's context may be what ended the branch: roll back
+	// regardless, within a bound of our own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortRollbackTimeout)
+	defer cancel()
+	err := b.rollbackOnSession(ctx, active)
 	if err != nil {
 		b.rm.log.Debug("mysql: XA ROLLBACK of a refused branch failed; closing its session", "xid", b.xid, "err", err)
 	}
 	b.end(err == nil)
 }
+
+// abortRollbackTimeout bounds the XA ROLLBACK a refused branch sends
+// itself; past it the session is closed, which rolls the branch back too.
+const abortRollbackTimeout = 30 * time.Second
 
 // rollbackOnSession sends XA ROLLBACK for the branch on its session,
 // preceded by XA END when the branch is active, and follows the server's
