@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/xadb/xa/xa"
 )
@@ -227,5 +226,4 @@ func TestSessionLostWhileActive(t *testing.T) {
 	if listedIn(recoverList(t, raw), x) {
 		t.Fatal("listed")
 	}
-	_ = time.Now
 }
