@@ -1,12 +1,10 @@
 package mysql
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/xadb/xa/drivers/rmtest"
 	"github.com/xadb/xa/internal/dbtest"
@@ -19,9 +17,7 @@ func TestConformance(t *testing.T) {
 	rmtest.Run(t, rmtest.Target{
 		Flavor: dbtest.SharedServer(t, dbtest.MySQL).Flavor,
 		Open: func(t testing.TB, db *dbtest.DB) xa.ResourceManager {
-			rm := openRM(t, db.DSN())
-			t.Cleanup(func() { releaseSuiteForeignBranches(t, db) })
-			return rm
+			return openRM(t, db.DSN())
 		},
 		Put: func(ctx context.Context, session any, k, v int) error {
 			_, err := session.(*Conn).ExecContext(ctx,
@@ -41,54 +37,4 @@ func TestConformance(t *testing.T) {
 			return err
 		},
 	})
-}
-
-// releaseSuiteForeignBranches works around the suite's
-// ForeignBranchUntouched cleanup: its foreign branch stays attached to a
-// plain connection the suite never closes, so the suite's XA ROLLBACK gets
-// 1397 and the branch, holding its metadata lock, makes the test
-// database's DROP wait 30 s. At the end of each suite test this closes the
-// sessions still on the test database and rolls back the suite's foreign
-// branches (gtrid 00 ff 27 "other-app-...").
-func releaseSuiteForeignBranches(t testing.TB, db *dbtest.DB) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	raw, err := sql.Open("mysql", db.DSN())
-	if err != nil {
-		return
-	}
-	defer raw.Close()
-	rows, err := raw.QueryContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()", db.Name)
-	if err != nil {
-		return
-	}
-	var ids []uint64
-	for rows.Next() {
-		var id uint64
-		if rows.Scan(&id) == nil {
-			ids = append(ids, id)
-		}
-	}
-	rows.Close()
-	for _, id := range ids {
-		raw.ExecContext(ctx, "KILL CONNECTION ?", id)
-	}
-	prefix := []byte("\x00\xff'other-app-")
-	for ctx.Err() == nil {
-		ps, err := recoverOn(ctx, raw)
-		if err != nil {
-			return
-		}
-		left := 0
-		for _, p := range ps {
-			if bytes.HasPrefix(p.XID.Gtrid, prefix) {
-				left++
-				raw.ExecContext(ctx, "XA ROLLBACK "+p.Raw)
-			}
-		}
-		if left == 0 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

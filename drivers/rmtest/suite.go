@@ -134,15 +134,19 @@ func (e *env) raw() rawConn {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return myRaw{conn}
+	e.t.Cleanup(func() { conn.Close() })
+	return myRaw{db, conn}
 }
 
 type rawConn interface {
 	exec(ctx context.Context, q string) error
 	value(ctx context.Context, k int) (int, bool, error)
+	close()
 }
 
 type pgRaw struct{ c *pgx.Conn }
+
+func (r pgRaw) close() { r.c.Close(context.Background()) }
 
 func (r pgRaw) exec(ctx context.Context, q string) error { _, err := r.c.Exec(ctx, q); return err }
 func (r pgRaw) value(ctx context.Context, k int) (int, bool, error) {
@@ -154,7 +158,13 @@ func (r pgRaw) value(ctx context.Context, k int) (int, bool, error) {
 	return v, err == nil, err
 }
 
-type myRaw struct{ c *sql.Conn }
+type myRaw struct {
+	db *sql.DB
+	c  *sql.Conn
+}
+
+// close ends the session itself, not just its loan from the pool.
+func (r myRaw) close() { r.c.Close(); r.db.Close() }
 
 func (r myRaw) exec(ctx context.Context, q string) error {
 	_, err := r.c.ExecContext(ctx, q)
@@ -497,9 +507,16 @@ func (e *env) foreign(k int) (match func(xa.PreparedBranch) bool, cleanup func()
 			e.t.Fatal(err)
 		}
 	}
+	// The other application goes away: MariaDB keeps the prepared branch
+	// attached to its session until the session closes.
+	r.close()
 	x := xa.XID{FormatID: 1, Gtrid: gt, Bqual: []byte{0x01, 0x80}}
 	return func(p xa.PreparedBranch) bool { return p.XID.Equal(x) }, func() {
-		e.raw().exec(context.Background(), "XA ROLLBACK "+lit) //nolint:errcheck
+		// The closed session may take a moment to let the branch go.
+		r := e.raw()
+		for i := 0; i < 50 && r.exec(context.Background(), "XA ROLLBACK "+lit) != nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 }
 
