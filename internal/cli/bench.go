@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -55,17 +53,8 @@ creates tables named accounts in those databases (drop them first).`,
 			if mysqlDSN == "" {
 				fmt.Fprintln(g.stdout, "starting throw-away MariaDB and PostgreSQL servers ...")
 				defer localdb.Cleanup()
-				var my, pg *localdb.Server
-				var e1, e2 error
-				var wg sync.WaitGroup
-				wg.Add(1)
-				go func() { defer wg.Done(); my, e1 = localdb.Start(ctx, localdb.MySQL, nil) }()
-				pg, e2 = localdb.Start(ctx, localdb.Postgres, nil)
-				wg.Wait()
-				if err := errors.Join(e1, e2); err != nil {
-					return err
-				}
-				if err := errors.Join(createDB(ctx, my, "bench"), createDB(ctx, pg, "bench")); err != nil {
+				my, pg, err := startServers(ctx, "bench")
+				if err != nil {
 					return err
 				}
 				mysqlDSN, pgDSN = my.DSN("bench"), pg.DSN("bench")

@@ -28,7 +28,6 @@ type demoOpts struct {
 	workers         int
 	crashAfter      int
 	txTimeout       time.Duration
-	keep            bool
 }
 
 func newDemo(g *globals) *cobra.Command {
@@ -76,7 +75,6 @@ Exit code 0 when every check passes.`,
 	f.IntVar(&o.workers, "workers", 8, "concurrent transfers")
 	f.IntVar(&o.crashAfter, "crash-after", 150, "kill the coordinator right after this many commit decisions are durable")
 	f.DurationVar(&o.txTimeout, "tx-timeout", 3*time.Second, "global transaction timeout of the coordinator")
-	f.BoolVar(&o.keep, "keep", false, "keep the throw-away servers' files (their path is printed)")
 	return cmd
 }
 
@@ -128,33 +126,15 @@ func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if !o.keep {
-			os.RemoveAll(work)
-		}
-	}()
+	defer os.RemoveAll(work)
 
 	// 1. Servers.
 	if o.mysqlDSN == "" {
 		s.step("starting throw-away MariaDB and PostgreSQL servers on loopback")
-		if !o.keep {
-			defer localdb.Cleanup()
-		}
-		var my, pg *localdb.Server
-		var e1, e2 error
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { defer wg.Done(); my, e1 = localdb.Start(ctx, localdb.MySQL, nil) }()
-		pg, e2 = localdb.Start(ctx, localdb.Postgres, nil)
-		wg.Wait()
-		if err := errors.Join(e1, e2); err != nil {
+		defer localdb.Cleanup()
+		my, pg, err := startServers(ctx, "bank")
+		if err != nil {
 			return fmt.Errorf("starting servers: %w\n(on Debian: apt-get install -y mariadb-server postgresql, or run ./scripts/demo which does it)", err)
-		}
-		if err := createDB(ctx, my, "bank"); err != nil {
-			return err
-		}
-		if err := createDB(ctx, pg, "bank"); err != nil {
-			return err
 		}
 		o.mysqlDSN, o.pgDSN = my.DSN("bank"), pg.DSN("bank")
 		s.ok("MariaDB on 127.0.0.1:%d, PostgreSQL on 127.0.0.1:%d", my.Port, pg.Port)
@@ -297,9 +277,6 @@ func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 		return &exitError{code: ExitError, err: err}
 	}
 	fmt.Fprintln(g.stdout, "\nAll invariants hold: the crash lost nothing and committed nothing by halves.")
-	if o.keep {
-		fmt.Fprintf(g.stdout, "Files kept in %s\n", work)
-	}
 	return nil
 }
 
@@ -354,8 +331,22 @@ func runWorker(ctx context.Context, s *stepper, o demoOpts, logDir string) ([]st
 	return committed, summary, nil
 }
 
-func createDB(ctx context.Context, s *localdb.Server, name string) error {
-	return s.Exec(ctx, "", "CREATE DATABASE "+name)
+// startServers starts throw-away MariaDB and PostgreSQL servers side by
+// side, each with an empty database called name.
+func startServers(ctx context.Context, name string) (my, pg *localdb.Server, err error) {
+	var e1, e2 error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); my, e1 = localdb.Start(ctx, localdb.MySQL, nil) }()
+	pg, e2 = localdb.Start(ctx, localdb.Postgres, nil)
+	wg.Wait()
+	if err := errors.Join(e1, e2); err != nil {
+		return nil, nil, err
+	}
+	if err := errors.Join(my.Exec(ctx, "", "CREATE DATABASE "+name), pg.Exec(ctx, "", "CREATE DATABASE "+name)); err != nil {
+		return nil, nil, err
+	}
+	return my, pg, nil
 }
 
 func redact(dsn string) string {
