@@ -24,7 +24,6 @@ package dbtest
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"strings"
@@ -34,7 +33,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5"
+
+	"github.com/xadb/xa/internal/localdb"
 )
 
 // Kind says which protocol a server speaks.
@@ -186,34 +186,13 @@ func (s *Server) CreateDB(t testing.TB) *DB {
 // Exec runs statements on database name of s ("" for the server's default
 // database) on a fresh connection.
 func (s *Server) Exec(ctx context.Context, name string, stmts ...string) error {
-	switch s.Kind {
-	case MySQL:
-		db, err := sql.Open("mysql", s.DSN(name))
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		for _, q := range stmts {
-			if _, err := db.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("%s: %w", q, err)
-			}
-		}
-	default:
-		if name == "" {
-			name = "postgres"
-		}
-		conn, err := pgx.Connect(ctx, s.DSN(name))
-		if err != nil {
-			return err
-		}
-		defer conn.Close(context.Background())
-		for _, q := range stmts {
-			if _, err := conn.Exec(ctx, q); err != nil {
-				return fmt.Errorf("%s: %w", q, err)
-			}
-		}
+	if s.Kind == MySQL {
+		return localdb.ExecDSN(ctx, localdb.MySQL, s.DSN(name), stmts...)
 	}
-	return nil
+	if name == "" {
+		name = "postgres"
+	}
+	return localdb.ExecDSN(ctx, localdb.Postgres, s.DSN(name), stmts...)
 }
 
 func sanitize(s string) string {

@@ -551,8 +551,14 @@ func freePort() (int, error) {
 // Exec runs statements on database name ("" for the default) on a fresh
 // connection.
 func (ls *Server) Exec(ctx context.Context, name string, stmts ...string) error {
-	if ls.Kind == MySQL {
-		db, err := sql.Open("mysql", ls.DSN(name))
+	return ExecDSN(ctx, ls.Kind, ls.DSN(name), stmts...)
+}
+
+// ExecDSN runs statements one by one on a fresh connection to dsn, a
+// server of kind k.
+func ExecDSN(ctx context.Context, k Kind, dsn string, stmts ...string) error {
+	if k == MySQL {
+		db, err := sql.Open("mysql", dsn)
 		if err != nil {
 			return err
 		}
@@ -564,7 +570,7 @@ func (ls *Server) Exec(ctx context.Context, name string, stmts ...string) error 
 		}
 		return nil
 	}
-	conn, err := pgx.Connect(ctx, ls.DSN(name))
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
 	}
