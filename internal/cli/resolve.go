@@ -24,7 +24,8 @@ func newResolve(g *globals, commit bool) *cobra.Command {
 		Use:   verb + " XID",
 		Short: fmt.Sprintf("Resolve one prepared branch by hand: %s it", verb),
 		Long: fmt.Sprintf(`%s the prepared branch XID (as 'xactl list' shows it: formatID:gtrid:bqual)
-on the participant that holds it.
+on the participant that holds it (name it with --participant when the XID is
+prepared on more than one, which only other applications' XIDs can be).
 
 xactl refuses to contradict the decision log: committing a branch with no
 logged commit, rolling back one whose commit is logged, or rolling back one
@@ -137,7 +138,7 @@ is then recorded in the decision log as a heuristic outcome, which list and
 			if commit {
 				opErr = holder.rm.Commit(ctx, x, from)
 			} else {
-				opErr = holder.rm.Rollback(ctx, x, xa.Origin{})
+				opErr = holder.rm.Rollback(ctx, x, from)
 			}
 			if opErr != nil {
 				hint := ""
