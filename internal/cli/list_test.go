@@ -10,22 +10,30 @@ import (
 	"github.com/xadb/xa/xa"
 )
 
-// foreign is the set of other applications' branches a test prepares: a
-// binary XID and a near miss of ours on MariaDB, a gid that is no XID at
-// all and a near miss of ours on PostgreSQL.
+// foreign is the set of other applications' branches a test prepares: on
+// MariaDB a binary XID, a near miss of ours (our format id, a gtrid with
+// no valid transaction id) and a twin of ours (a gtrid and bqual of ours
+// under another format id); on PostgreSQL a gid that is no XID at all and
+// the near miss.
 type foreign struct {
-	my, myNear    xa.XID
-	pgGID, pgNear string
+	my, myNear, myTwin xa.XID
+	pgGID, pgNear      string
 }
 
 func (e *env) foreignBranches() foreign {
 	e.t.Helper()
+	g, err := xa.NewGlobalID(e.node, time.Now().Add(-time.Hour))
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	f := foreign{
 		my:     e.myForeign(101),
 		myNear: e.myNearMiss(102),
+		myTwin: xa.XID{FormatID: 1, Gtrid: g.Gtrid(), Bqual: []byte("0")},
 		pgGID:  "someone-else-" + e.node,
 		pgNear: fmt.Sprintf("%d:xa1.%s.bad:0", xa.FormatID, e.node),
 	}
+	e.myRawPrepare(f.myTwin.Gtrid, f.myTwin.Bqual, 1, 103)
 	e.pgForeign(f.pgGID, 101)
 	e.pgForeign(f.pgNear, 102)
 	return f
@@ -38,6 +46,7 @@ func (f foreign) check(t *testing.T, bs []branchJSON) {
 	views := []branchJSON{
 		findBranch(t, bs, myName, f.my.String()),
 		findBranch(t, bs, myName, f.myNear.String()),
+		findBranch(t, bs, myName, f.myTwin.String()),
 		findBranch(t, bs, pgName, f.pgGID),
 		findBranch(t, bs, pgName, f.pgNear),
 	}
@@ -49,10 +58,10 @@ func (f foreign) check(t *testing.T, bs []branchJSON) {
 	if want := myLiteral(1, f.my.Gtrid, f.my.Bqual); views[0].Raw != want {
 		t.Errorf("raw of the binary foreign XID = %q, want %q", views[0].Raw, want)
 	}
-	if views[2].XID != "" || views[2].Raw != f.pgGID {
-		t.Errorf("a gid that is no XID is shown as xid %q raw %q, want no xid and raw %q", views[2].XID, views[2].Raw, f.pgGID)
+	if views[3].XID != "" || views[3].Raw != f.pgGID {
+		t.Errorf("a gid that is no XID is shown as xid %q raw %q, want no xid and raw %q", views[3].XID, views[3].Raw, f.pgGID)
 	}
-	if views[2].AgeSeconds == nil {
+	if views[3].AgeSeconds == nil {
 		t.Errorf("PostgreSQL says when %s was prepared, yet its age is not shown", f.pgGID)
 	}
 }
@@ -61,7 +70,7 @@ func (f foreign) check(t *testing.T, bs []branchJSON) {
 // prepared and their rows not committed.
 func (f foreign) stillPrepared(e *env) {
 	e.t.Helper()
-	for _, x := range []xa.XID{f.my, f.myNear} {
+	for _, x := range []xa.XID{f.my, f.myNear, f.myTwin} {
 		if !e.myPrepared(x) {
 			e.t.Errorf("foreign MariaDB branch %s is no longer prepared", x)
 		}
@@ -73,6 +82,9 @@ func (f foreign) stillPrepared(e *env) {
 	}
 	e.wantRows(101, false, false)
 	e.wantRows(102, false, false)
+	if e.myRow(103) {
+		e.t.Error("the row of the foreign twin branch was committed")
+	}
 }
 
 // TestList: list shows our in-doubt branches with the logged decision and

@@ -80,6 +80,7 @@ func TestResolve(t *testing.T) {
 	refused(e.runWith(cfg, "commit", orphan.pg.String()), "no commit is logged")
 	refused(e.runWith(cfgYoung, "rollback", young.pg.String()), "grace period")
 	refused(e.runWith(cfg, "commit", f.my.String()), "not a branch of this transaction manager")
+	refused(e.runWith(cfg, "commit", f.myTwin.String()), "not a branch of this transaction manager")
 	// The near misses have the same XID text on both databases.
 	e.runWith(cfg, "rollback", f.pgNear).want(t, 2).stderrHas(t, "prepared on maria and pg", "--participant")
 	refused(e.runWith(cfg, "rollback", f.pgNear, "--participant", pgName), "not a branch of this transaction manager")
