@@ -223,9 +223,11 @@ func TestServerRestartsWithPreparedBranches(t *testing.T) {
 			t.Parallel()
 			mySrv, pgSrv := dbtest.NewMySQLServer(t), dbtest.NewPostgresServer(t)
 			b := newBank(t, mySrv.CreateDB(t), pgSrv.CreateDB(t), 4)
-			// One transfer decided (crash after the log write), one not
-			// (crash after both prepared).
-			for i, crash := range []string{"log:1", "prepare:2"} {
+			// One transfer not decided (crash after both prepared), then
+			// one decided (crash after the log write). In that order:
+			// each coordinator recovers at start-up, which would commit
+			// a decided leftover, and leaves an undecided young one be.
+			for i, crash := range []string{"prepare:2", "log:1"} {
 				// Disjoint rows: the first transfer's prepared branches
 				// keep their locks.
 				fixed := &bank.Transfer{From: 2 * i, To: 2*i + 1, Amount: 10, ToPostgres: true}

@@ -297,9 +297,9 @@ func (l *Log) LogCommit(ctx context.Context, rec xa.CommitRecord) error {
 	if err != nil {
 		return fmt.Errorf("filelog: commit %v: %w", rec.ID, err)
 	}
-	// The codec accepts some records it cannot read back (an RM name
-	// over 1 KiB, say). Such a record would make the log unreadable:
-	// refuse it now.
+	// A record that does not read back would make the log unreadable.
+	// The codec refuses those itself; this round trip guards against a
+	// codec bug, at the price of one decode per decision.
 	var check xa.CommitRecord
 	if err := check.UnmarshalBinary(payload); err != nil {
 		return fmt.Errorf("filelog: commit %v cannot be logged, it would not decode: %w", rec.ID, err)
