@@ -111,10 +111,10 @@ func (m *Metrics) ObserveScan(rep recovery.Report, err error) {
 		m.scanErrors.Add(float64(len(rep.Errors)))
 	}
 	counts := map[string]int{}
+	for _, p := range rep.Participants {
+		counts[p] = 0 // a participant with nothing in doubt reads 0
+	}
 	for _, b := range rep.Branches {
-		if _, ok := counts[b.Participant]; !ok {
-			counts[b.Participant] = 0
-		}
 		switch b.Verdict {
 		case recovery.Commit, recovery.Rollback:
 			result := "ok"

@@ -20,7 +20,7 @@ func TestMetrics(t *testing.T) {
 	m.ObserveTx(xa.TxStats{Outcome: "committed", OnePhase: true, Commit: time.Millisecond, Total: time.Millisecond})
 	m.ObserveTx(xa.TxStats{Outcome: "aborted", Pending: 1})
 	m.LogSynced(16, 2048, 2*time.Millisecond)
-	m.ObserveScan(recovery.Report{Branches: []recovery.Branch{
+	m.ObserveScan(recovery.Report{Participants: []string{"maria", "pg", "idle"}, Branches: []recovery.Branch{
 		{Participant: "maria", Verdict: recovery.Commit, Done: true},
 		{Participant: "maria", Verdict: recovery.Wait},
 		{Participant: "pg", Verdict: recovery.Rollback, Err: errors.New("down")},
@@ -35,6 +35,7 @@ xa_transactions_total{outcome="committed",protocol="one_phase"} 1
 xa_transactions_total{outcome="committed",protocol="two_phase"} 1
 # HELP xa_in_doubt_branches Prepared branches of ours left unresolved after the last recovery scan, by participant.
 # TYPE xa_in_doubt_branches gauge
+xa_in_doubt_branches{participant="idle"} 0
 xa_in_doubt_branches{participant="maria"} 1
 xa_in_doubt_branches{participant="pg"} 1
 # HELP xa_branches_left_to_recovery_total Branches whose phase 2 the coordinator gave up to recovery.

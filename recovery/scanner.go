@@ -30,6 +30,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/xadb/xa/xa"
@@ -161,7 +162,9 @@ type Branch struct {
 
 // Report is the outcome of one scan.
 type Report struct {
-	Branches []Branch
+	// Participants that could be listed.
+	Participants []string
+	Branches     []Branch
 	// Forgotten records: every branch of them is resolved.
 	Forgotten []xa.GlobalID
 	// Kept records that could have been forgotten but for a reason
@@ -230,6 +233,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 			continue
 		}
 		answered[rm.Name()] = true
+		rep.Participants = append(rep.Participants, rm.Name())
 		if gc, ok := rm.(GhostCounter); ok {
 			n, err := gc.UnlistedPrepared(ctx)
 			if err != nil {
@@ -267,26 +271,27 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		if !s.nodes[rec.ID.Node] {
 			continue
 		}
-		reason := ""
+		// A branch still prepared is resolved by now and the record
+		// forgotten by the next scan; any other reason to keep the
+		// record is reported, all of them.
+		var reasons []string
+		prepared := false
 		for _, br := range rec.Branches {
 			switch {
 			case !s.known(br.RM):
-				reason = fmt.Sprintf("participant %q is not configured", br.RM)
+				reasons = append(reasons, fmt.Sprintf("participant %q is not configured", br.RM))
 			case !answered[br.RM]:
-				reason = fmt.Sprintf("participant %q could not be listed", br.RM)
+				reasons = append(reasons, fmt.Sprintf("participant %q could not be listed", br.RM))
 			case listed[key{br.RM, br.XID.String()}]:
-				reason = "branch still prepared" // resolved now, forgotten next scan
+				prepared = true
 			case ghosts[br.RM] != 0:
-				reason = fmt.Sprintf("participant %q holds prepared transactions it does not list (fact 7): restart it and recover", br.RM)
-			}
-			if reason != "" {
-				break
+				reasons = append(reasons, fmt.Sprintf("participant %q holds prepared transactions it does not list (fact 7): restart it and recover", br.RM))
 			}
 		}
-		if reason != "" {
-			if reason != "branch still prepared" {
-				rep.Kept = append(rep.Kept, KeptRecord{ID: rec.ID, Reason: reason})
-			}
+		if len(reasons) > 0 {
+			rep.Kept = append(rep.Kept, KeptRecord{ID: rec.ID, Reason: strings.Join(slices.Compact(reasons), "; ")})
+		}
+		if len(reasons) > 0 || prepared {
 			continue
 		}
 		if dry {

@@ -52,7 +52,7 @@ type Setup struct {
 	RMs      [2]xa.ResourceManager
 	Manager  *xa.Manager
 	AsyncMgr *xa.Manager // with AsyncCommit
-	Rows     int // rows per worker
+	Rows     int         // rows per worker
 }
 
 // Open connects to both databases and creates the accounts tables (rows

@@ -98,15 +98,28 @@ func mainContext(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	return ExitError
 }
 
-// isUsage tells cobra's argument and flag errors.
+// isUsage tells the usage errors cobra returns untyped: an unknown
+// subcommand, a missing required flag. Flag and argument errors are typed
+// where they arise (see SetFlagErrorFunc and usageArgs).
 func isUsage(err error) bool {
 	s := err.Error()
-	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires at least", "invalid argument", "flag needs an argument", "required flag"} {
-		if strings.Contains(s, p) {
-			return true
+	return strings.HasPrefix(s, "unknown command ") || strings.HasPrefix(s, "required flag(s) ")
+}
+
+// usageArgs makes every argument-count error of cmd and its subcommands a
+// usage error (exit 2).
+func usageArgs(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := check(c, args); err != nil {
+				return &exitError{code: ExitUsage, err: err}
+			}
+			return nil
 		}
 	}
-	return false
+	for _, sub := range cmd.Commands() {
+		usageArgs(sub)
+	}
 }
 
 func newRoot(g *globals) *cobra.Command {
@@ -152,6 +165,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 in-doubt branches remain.`,
 
 	root.AddCommand(newList(g), newRecover(g), newResolve(g, true), newResolve(g, false),
 		newLog(g), newDoctor(g), newDemo(g), newBench(g), newWorker(g), newVersion(g))
+	usageArgs(root)
 	return root
 }
 
