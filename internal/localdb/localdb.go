@@ -357,30 +357,98 @@ func (ls *Server) signal(ctx context.Context, sig syscall.Signal) error {
 	if cmd == nil {
 		return errors.New("not running")
 	}
-	// PostgreSQL children (backends) must die with the postmaster on
-	// SIGKILL, so signal the whole process group.
-	target := cmd.Process.Pid
+	// On SIGKILL everything dies, as in a crash of the machine: the
+	// server and every process it forked (PostgreSQL backends call
+	// setsid, so the process group does not reach them). They must be
+	// gone before a restart, or PostgreSQL finds its old shared memory
+	// still attached.
+	var children []int
 	if sig == syscall.SIGKILL {
-		target = -target
+		children = descendants(cmd.Process.Pid)
 	}
-	if err := syscall.Kill(target, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+	if err := syscall.Kill(cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return err
+	}
+	for _, pid := range children {
+		syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // it may be gone already
 	}
 	select {
 	case <-exited:
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the server to exit: %w", ctx.Err())
 	}
-	if sig == syscall.SIGKILL {
-		// The group's children may take a moment to go.
-		for i := 0; i < 100 && syscall.Kill(-cmd.Process.Pid, 0) == nil; i++ {
-			time.Sleep(20 * time.Millisecond)
+	for _, pid := range children {
+		for alive(pid) {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("waiting for server process %d to exit: %w", pid, ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 	}
 	ls.mu.Lock()
 	ls.cmd = nil
 	ls.mu.Unlock()
 	return nil
+}
+
+// descendants lists the processes forked, directly or not, by pid.
+func descendants(pid int) []int {
+	parent := map[int]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp, ok := ppid(p); ok {
+			parent[p] = pp
+		}
+	}
+	var out []int
+	frontier := []int{pid}
+	for len(frontier) > 0 {
+		next := frontier[0]
+		frontier = frontier[1:]
+		for p, pp := range parent {
+			if pp == next {
+				out = append(out, p)
+				frontier = append(frontier, p)
+			}
+		}
+	}
+	return out
+}
+
+// ppid reads a process's parent from /proc/pid/stat.
+func ppid(pid int) (int, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	pp, err := strconv.Atoi(f[1])
+	return pp, err == nil
+}
+
+// alive reports whether pid still runs (a zombie does not: it holds no
+// memory and no files).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }
 
 // Stop shuts the server down cleanly (PostgreSQL: fast shutdown; active
