@@ -179,6 +179,12 @@ type Report struct {
 type KeptRecord struct {
 	ID     xa.GlobalID
 	Reason string
+	// Unseen: some branch of the record is on a participant this scan
+	// could not see (not configured, or not listed), so it may still be
+	// in doubt there. False when the only reason is MariaDB's count of
+	// prepared transactions it does not list, which errs on the side of
+	// keeping (its snapshot can be stale).
+	Unseen bool
 }
 
 // InDoubt counts the branches of ours left unresolved after the scan
@@ -275,13 +281,15 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		// forgotten by the next scan; any other reason to keep the
 		// record is reported, all of them.
 		var reasons []string
-		prepared := false
+		prepared, unseen := false, false
 		for _, br := range rec.Branches {
 			switch {
 			case !s.known(br.RM):
 				reasons = append(reasons, fmt.Sprintf("participant %q is not configured", br.RM))
+				unseen = true
 			case !answered[br.RM]:
 				reasons = append(reasons, fmt.Sprintf("participant %q could not be listed", br.RM))
+				unseen = true
 			case listed[key{br.RM, br.XID.String()}]:
 				prepared = true
 			case ghosts[br.RM] != 0:
@@ -289,7 +297,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 			}
 		}
 		if len(reasons) > 0 {
-			rep.Kept = append(rep.Kept, KeptRecord{ID: rec.ID, Reason: strings.Join(slices.Compact(reasons), "; ")})
+			rep.Kept = append(rep.Kept, KeptRecord{ID: rec.ID, Reason: strings.Join(slices.Compact(reasons), "; "), Unseen: unseen})
 		}
 		if len(reasons) > 0 || prepared {
 			continue

@@ -54,7 +54,7 @@ func TestScannerKeepsRecordOfUnknownParticipant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rep.Kept) != 1 || !strings.Contains(rep.Kept[0].Reason, `"oracle" is not configured`) {
+		if len(rep.Kept) != 1 || !rep.Kept[0].Unseen || !strings.Contains(rep.Kept[0].Reason, `"oracle" is not configured`) {
 			t.Fatalf("pass %d: kept = %+v", pass, rep.Kept)
 		}
 		if len(rep.Forgotten) != 0 {

@@ -42,7 +42,7 @@ open, use --dry-run (it runs recovery itself).
 
 Exit code 3 when in-doubt branches remain after the run, or a record is
 kept because a participant it names is not configured (its branches there
-may be in doubt) or holds prepared transactions it does not list.`,
+may be in doubt).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := g.json()
@@ -149,8 +149,8 @@ may be in doubt) or holds prepared transactions it does not list.`,
 }
 
 // report prints a scan report and returns how many branches of ours remain
-// in doubt, counting a kept record (unconfigured participant, prepared
-// transactions MariaDB does not list) as one: its branches may be.
+// in doubt, counting a record kept because a participant it names was not
+// seen as one: its branches there may be.
 func report(g *globals, asJSON bool, c *config.Config, rep recovery.Report, dry bool) int {
 	views := []branchView{}
 	doubt := 0
@@ -160,7 +160,11 @@ func report(g *globals, asJSON bool, c *config.Config, rep recovery.Report, dry 
 			doubt++
 		}
 	}
-	doubt += len(rep.Kept)
+	for _, k := range rep.Kept {
+		if k.Unseen {
+			doubt++
+		}
+	}
 	forgotten := []string{}
 	for _, id := range rep.Forgotten {
 		forgotten = append(forgotten, id.String())
