@@ -640,11 +640,11 @@ func scanRecover(rows *sql.Rows) ([]recoverRow, error) {
 		if err := rows.Scan(&formatID, &gl, &bl, &data); err != nil {
 			return nil, err
 		}
-		p, err := parseRecoverRow(formatID, gl, bl, data)
-		if err != nil {
-			return nil, err
+		r := recoverRow{formatID: formatID, branch: parseRecoverRow(formatID, gl, bl, data)}
+		if gl >= 0 && bl >= 0 && gl+bl == int64(len(data)) {
+			r.gtrid, r.bqual = data[:gl], data[gl:]
 		}
-		rs = append(rs, recoverRow{formatID: formatID, gtrid: data[:gl], bqual: data[gl:], branch: p})
+		rs = append(rs, r)
 	}
 	return rs, rows.Err()
 }

@@ -32,11 +32,13 @@ func formatXIDLiteral(formatID int64, gtrid, bqual []byte) string {
 // bqual_length, data) into a PreparedBranch. Raw is always set; XID is
 // left zero when the row is not a valid xa.XID (a foreign branch with a
 // formatID beyond int32, or lengths that do not add up), so that such a
-// branch is listed but can never be mistaken for one of ours.
-func parseRecoverRow(formatID, gtridLen, bqualLen int64, data []byte) (xa.PreparedBranch, error) {
+// branch is listed but can never be mistaken for one of ours. A malformed
+// row never fails the listing: the other branches, ours among them, must
+// still be recovered.
+func parseRecoverRow(formatID, gtridLen, bqualLen int64, data []byte) xa.PreparedBranch {
 	if gtridLen < 0 || bqualLen < 0 || gtridLen+bqualLen != int64(len(data)) {
-		return xa.PreparedBranch{}, fmt.Errorf("malformed XA RECOVER row: formatID %d, gtrid_length %d, bqual_length %d, %d bytes of data",
-			formatID, gtridLen, bqualLen, len(data))
+		return xa.PreparedBranch{Raw: fmt.Sprintf("malformed XA RECOVER row: formatID %d, gtrid_length %d, bqual_length %d, data X'%x'",
+			formatID, gtridLen, bqualLen, data)}
 	}
 	gtrid := append([]byte(nil), data[:gtridLen]...)
 	bqual := append([]byte{}, data[gtridLen:]...)
@@ -47,5 +49,5 @@ func parseRecoverRow(formatID, gtridLen, bqualLen int64, data []byte) (xa.Prepar
 			p.XID = x
 		}
 	}
-	return p, nil
+	return p
 }
