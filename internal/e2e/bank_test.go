@@ -12,7 +12,6 @@ import (
 	"github.com/xadb/xa/internal/bank"
 	"github.com/xadb/xa/internal/dbtest"
 	"github.com/xadb/xa/recovery"
-	"github.com/xadb/xa/recovery/filelog"
 	"github.com/xadb/xa/xa"
 )
 
@@ -32,16 +31,8 @@ func TestBankInvariant(t *testing.T) {
 	b := newBank(t, dbtest.MySQLDB(t), dbtest.PostgresDB(t), 10)
 	ctx := context.Background()
 	my, pg := b.rms()
-	log, err := filelog.Open(b.logDir, filelog.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
 	timeout := 5 * time.Second
-	mgr, err := xa.NewManager(xa.Config{Node: b.node, Log: log, Timeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr, log := b.manager(timeout)
 	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{my, pg}, Log: log, Nodes: []string{b.node}, Grace: timeout + time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -135,16 +126,8 @@ func TestCrossDatabaseDeadlock(t *testing.T) {
 	b := newBank(t, dbtest.MySQLDB(t), dbtest.PostgresDB(t), 2)
 	ctx := context.Background()
 	my, pg := b.rms()
-	log, err := filelog.Open(b.logDir, filelog.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
 	timeout := 2 * time.Second
-	mgr, err := xa.NewManager(xa.Config{Node: b.node, Log: log, Timeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr, _ := b.manager(timeout)
 
 	t1Holds, t2Holds := make(chan struct{}), make(chan struct{})
 	type result struct {

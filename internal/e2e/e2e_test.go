@@ -85,6 +85,22 @@ func (b *bankEnv) rms() (*xamysql.RM, *xapg.RM) {
 	return my, pg
 }
 
+// manager opens the decision log and a Manager on it for node b.node. The
+// log is closed when t ends or when the caller does (Close twice is fine).
+func (b *bankEnv) manager(timeout time.Duration) (*xa.Manager, *filelog.Log) {
+	b.t.Helper()
+	log, err := filelog.Open(b.logDir, filelog.Options{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { log.Close() })
+	mgr, err := xa.NewManager(xa.Config{Node: b.node, Log: log, Timeout: timeout})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return mgr, log
+}
+
 // recoverAll runs recovery until nothing of node is in doubt and every
 // record is forgotten. grace is short because the coordinator is known to
 // be dead.

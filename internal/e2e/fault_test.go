@@ -14,7 +14,6 @@ import (
 	"github.com/xadb/xa/internal/bank"
 	"github.com/xadb/xa/internal/dbtest"
 	"github.com/xadb/xa/internal/faultproxy"
-	"github.com/xadb/xa/recovery/filelog"
 	"github.com/xadb/xa/xa"
 )
 
@@ -62,14 +61,7 @@ func TestLostCommitReply(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer pg.Close()
-			log, err := filelog.Open(b.logDir, filelog.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			mgr, err := xa.NewManager(xa.Config{Node: b.node, Log: log, Timeout: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
+			mgr, log := b.manager(5 * time.Second)
 			match := map[string]string{"mariadb": "XA COMMIT", "postgres": "COMMIT PREPARED"}[side]
 			rule := proxy.CutAfter(match)
 			res, err := mgr.Run(ctx, func(ctx context.Context, tx *xa.Tx) error {
