@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -76,10 +77,14 @@ type TxStats struct {
 // Manager begins and coordinates global transactions. It is safe for
 // concurrent use by many goroutines.
 type Manager struct {
-	cfg   Config
-	log   *slog.Logger
-	async sync.WaitGroup // asynchronous phase 2s in flight
+	cfg    Config
+	log    *slog.Logger
+	async  sync.WaitGroup // asynchronous phase 2s in flight
+	closed atomic.Bool
 }
+
+// ErrClosed is returned by Begin after Close.
+var ErrClosed = errors.New("xa: manager closed")
 
 // NewManager checks cfg and returns a Manager.
 func NewManager(cfg Config) (*Manager, error) {
@@ -108,9 +113,17 @@ func NewManager(cfg Config) (*Manager, error) {
 	return &Manager{cfg: cfg, log: l.With("node", cfg.Node)}, nil
 }
 
-// Close waits until every asynchronous phase 2 (Config.AsyncCommit) has
-// ended, or ctx ends. Transactions may not begin after Close.
+// Close refuses new transactions and waits until every asynchronous phase
+// 2 (Config.AsyncCommit) has ended, or ctx ends. Transactions already
+// begun can still commit or roll back.
 func (m *Manager) Close(ctx context.Context) error {
+	m.closed.Store(true)
+	return m.Wait(ctx)
+}
+
+// Wait waits until every asynchronous phase 2 begun so far has ended, or
+// ctx ends.
+func (m *Manager) Wait(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { m.async.Wait(); close(done) }()
 	select {
@@ -150,6 +163,9 @@ func GracePeriod(timeout time.Duration) time.Duration {
 func (m *Manager) Begin(ctx context.Context) (*Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if m.closed.Load() {
+		return nil, ErrClosed
 	}
 	now := time.Now()
 	id, err := NewGlobalID(m.cfg.Node, now)

@@ -394,6 +394,9 @@ func TestAsyncCommitReturnsAtTheDecision(t *testing.T) {
 	if r.records() != 0 {
 		t.Fatal("record not forgotten after phase 2")
 	}
+	if _, err := r.mgr.Begin(ctx); !errors.Is(err, xa.ErrClosed) {
+		t.Fatalf("Begin after Close: %v", err)
+	}
 	if _, err := tx.Commit(ctx); !errors.Is(err, xa.ErrTxDone) {
 		t.Fatalf("Commit again: %v", err)
 	}

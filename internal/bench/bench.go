@@ -359,7 +359,7 @@ func Compare(ctx context.Context, s *Setup, workers int, d time.Duration, rounds
 				return c, err
 			}
 			// Phase 2s still running must not slow the next mode down.
-			if err := s.AsyncMgr.Close(ctx); err != nil {
+			if err := s.AsyncMgr.Wait(ctx); err != nil {
 				return c, err
 			}
 			round = append(round, st)
@@ -392,7 +392,7 @@ func (c Comparison) Ratio(a, b Mode) float64 {
 // CheckBalances verifies that the run moved money without creating or
 // losing any: every transfer, of every mode, debits and credits 1.
 func (c Comparison) CheckBalances(ctx context.Context, s *Setup) error {
-	if err := s.AsyncMgr.Close(ctx); err != nil {
+	if err := s.AsyncMgr.Wait(ctx); err != nil {
 		return err
 	}
 	my, pg, err := s.Balance(ctx)
