@@ -37,7 +37,7 @@ func TestAtomicityUnderFaults(t *testing.T) {
 		// attempt), so that the schedule does not depend on goroutine
 		// interleaving.
 		faultOf := map[string]memrm.Fault{}
-		ops := []memrm.Op{memrm.OpPrepare, memrm.OpCommit, memrm.OpCommitRM, memrm.OpRollback, memrm.OpRollbackRM, memrm.OpOnePhase}
+		ops := []memrm.Op{memrm.OpPrepare, memrm.OpCommit, memrm.OpCommitRM, memrm.OpRollback, memrm.OpRollbackRM, memrm.OpOnePhase, memrm.OpCommitLast}
 		for _, op := range ops {
 			for b := 0; b < n; b++ {
 				for a := 1; a <= 3; a++ {
@@ -68,6 +68,8 @@ func TestAtomicityUnderFaults(t *testing.T) {
 		}
 		logFails := rapid.IntRange(0, 19).Draw(rt, "logFails") == 0
 		async := rapid.Bool().Draw(rt, "asyncCommit")
+		// The last participant may take the decision as the last resource.
+		lastResource := rapid.Bool().Draw(rt, "lastResource")
 
 		var mu sync.Mutex
 		crashed := false
@@ -99,6 +101,9 @@ func TestAtomicityUnderFaults(t *testing.T) {
 		for i := range dbs {
 			dbs[i] = memrm.NewDB()
 			rms[i] = memrm.New("rm"+strconv.Itoa(i), dbs[i], inject)
+			if lastResource && i == n-1 {
+				rms[i].EnableLastResource()
+			}
 		}
 		mgr, err := xa.NewManager(xa.Config{Node: "prop", Log: log, Timeout: 100 * time.Millisecond,
 			Phase2Attempts: 2, Phase2Timeout: 50 * time.Millisecond, RetryBackoff: time.Microsecond, AsyncCommit: async})
@@ -193,6 +198,11 @@ func TestAtomicityUnderFaults(t *testing.T) {
 		}
 		if recs, _ := log.Commits(ctx); len(recs) != 0 {
 			rt.Fatalf("decision records left after recovery: %v", recs)
+		}
+		for i := range fresh {
+			if decs, _ := fresh[i].(*memrm.RM).Decisions(ctx); len(decs) != 0 {
+				rt.Fatalf("decisions left in rm%d after recovery: %v", i, decs)
+			}
 		}
 		if committed > 0 && absent > 0 {
 			rt.Fatalf("partial commit: %d branches committed, %d not (told %s)", committed, absent, told)

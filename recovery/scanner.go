@@ -46,6 +46,20 @@ type Log interface {
 	Forget(ctx context.Context, id xa.GlobalID) error
 }
 
+// DecisionStore is implemented by participants that keep commit decisions
+// in their own database: a branch there took the decision as the last
+// resource (xa.LastResource), committing it together with its own work.
+// The scanner reads those decisions as it reads the log, and forgets them
+// the same way.
+type DecisionStore interface {
+	// Decisions returns every stored decision.
+	Decisions(ctx context.Context) ([]xa.CommitRecord, error)
+	// Decision returns the stored decision of id, if any.
+	Decision(ctx context.Context, id xa.GlobalID) (xa.CommitRecord, bool, error)
+	// ForgetDecisions deletes the stored decisions of ids.
+	ForgetDecisions(ctx context.Context, ids []xa.GlobalID) error
+}
+
 // GhostCounter is implemented by resource managers whose database can hold
 // prepared transactions that its recover listing does not show (MariaDB,
 // fact 7). While it reports any, no record that names the participant is
@@ -222,6 +236,27 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	if err != nil {
 		return rep, fmt.Errorf("recovery: reading the decision log: %w", err)
 	}
+	// Decisions taken by last resources live in their databases; a store
+	// that cannot be read may hold the decision of any branch without a
+	// record, so nothing is presumed aborted in this scan then.
+	stores := map[string]DecisionStore{} // gtrid -> where the record lives; absent: the log
+	incomplete := false
+	for _, rm := range s.cfg.Participants {
+		ds, ok := rm.(DecisionStore)
+		if !ok {
+			continue
+		}
+		decs, err := ds.Decisions(ctx)
+		if err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("recovery: reading the decisions stored in %s (nothing is presumed aborted until it answers): %w", rm.Name(), err))
+			incomplete = true
+			continue
+		}
+		for _, r := range decs {
+			stores[r.ID.String()] = ds
+			recs = append(recs, r)
+		}
+	}
 	records := make(map[string]xa.CommitRecord, len(recs))
 	for _, r := range recs {
 		records[r.ID.String()] = r
@@ -264,7 +299,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 				b.Logged = logged
 				b.Verdict = s.verdict(b, rec, logged)
 				if !dry {
-					s.act(ctx, rm, &b, rec)
+					s.act(ctx, rm, &b, rec, incomplete)
 				}
 			}
 			rep.Branches = append(rep.Branches, b)
@@ -273,6 +308,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 
 	// Forget the records whose branches are all gone from listings taken
 	// after the record was read.
+	storeForget := map[DecisionStore][]xa.GlobalID{}
 	for _, rec := range recs {
 		if !s.nodes[rec.ID.Node] {
 			continue
@@ -306,12 +342,25 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 			rep.Forgotten = append(rep.Forgotten, rec.ID)
 			continue
 		}
+		if ds, ok := stores[rec.ID.String()]; ok {
+			storeForget[ds] = append(storeForget[ds], rec.ID)
+			continue
+		}
 		if err := s.cfg.Log.Forget(ctx, rec.ID); err != nil {
 			rep.Errors = append(rep.Errors, fmt.Errorf("recovery: forgetting %s: %w", rec.ID, err))
 			continue
 		}
 		s.log.Info("forgot commit record: every branch resolved", "tx", rec.ID)
 		rep.Forgotten = append(rep.Forgotten, rec.ID)
+	}
+	// Stored decisions go in one statement per store.
+	for ds, ids := range storeForget {
+		if err := ds.ForgetDecisions(ctx, ids); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("recovery: forgetting %d stored decisions: %w", len(ids), err))
+			continue
+		}
+		s.log.Info("forgot stored decisions: every branch resolved", "count", len(ids))
+		rep.Forgotten = append(rep.Forgotten, ids...)
 	}
 	return rep, nil
 }
@@ -335,8 +384,9 @@ func (s *Scanner) verdict(b Branch, rec xa.CommitRecord, logged bool) Verdict {
 	return Wait
 }
 
-// act carries out b's verdict.
-func (s *Scanner) act(ctx context.Context, rm xa.ResourceManager, b *Branch, rec xa.CommitRecord) {
+// act carries out b's verdict. incomplete says that some stored decisions
+// could not be read.
+func (s *Scanner) act(ctx context.Context, rm xa.ResourceManager, b *Branch, rec xa.CommitRecord, incomplete bool) {
 	attrs := []any{"rm", b.Participant, "xid", b.Prepared.XID, "tx", b.ID, "age", b.Age.Round(time.Millisecond)}
 	switch b.Verdict {
 	case Commit:
@@ -354,9 +404,14 @@ func (s *Scanner) act(ctx context.Context, rm xa.ResourceManager, b *Branch, rec
 		}
 		s.record(b, err, "committed in-doubt branch (logged decision)", attrs)
 	case Rollback:
-		// A record written since the log was read would mean a live
-		// coordinator decided after all; look again just before acting.
-		if _, logged, err := s.cfg.Log.Lookup(ctx, b.ID); err != nil || logged {
+		if incomplete {
+			b.Err = fmt.Errorf("%w: not rolled back: a participant's stored decisions could not be read", xa.ErrRetryable)
+			return
+		}
+		// A record written since the decisions were read would mean a
+		// live coordinator decided after all; look again just before
+		// acting.
+		if logged, err := s.decided(ctx, b.ID); err != nil || logged {
 			if err == nil {
 				err = fmt.Errorf("%w: a commit record appeared; next scan commits it", xa.ErrRetryable)
 			}
@@ -368,6 +423,21 @@ func (s *Scanner) act(ctx context.Context, rm xa.ResourceManager, b *Branch, rec
 	case Anomaly:
 		s.log.Error("in-doubt branch not listed by its commit record: left alone", attrs...)
 	}
+}
+
+// decided looks id up in the log and in every decision store.
+func (s *Scanner) decided(ctx context.Context, id xa.GlobalID) (bool, error) {
+	if _, ok, err := s.cfg.Log.Lookup(ctx, id); err != nil || ok {
+		return ok, err
+	}
+	for _, rm := range s.cfg.Participants {
+		if ds, ok := rm.(DecisionStore); ok {
+			if _, ok, err := ds.Decision(ctx, id); err != nil || ok {
+				return ok, err
+			}
+		}
+	}
+	return false, nil
 }
 
 func (s *Scanner) record(b *Branch, err error, msg string, attrs []any) {

@@ -22,12 +22,13 @@ const (
 	phaseOnePhase                    // one branch is committing in one phase
 	phasePreparing                   // prepare sent to every branch that worked
 	phaseLogging                     // all voted yes; the decision is being made durable
+	phaseDeciding                    // the others voted yes; the last resource commits with the decision
 	phaseCommitting                  // decided commit: phase 2
 	phaseAborting                    // decided abort: rolling back
 	phaseDone
 )
 
-var phaseNames = [...]string{"", "active", "one-phase", "preparing", "logging", "committing", "aborting", "done"}
+var phaseNames = [...]string{"", "active", "one-phase", "preparing", "logging", "deciding", "committing", "aborting", "done"}
 
 func (p phase) String() string { return phaseNames[p] }
 
@@ -54,6 +55,7 @@ type branch struct {
 	rm       string
 	state    bstate
 	idle     bool // ran no statement (known at commit time)
+	onePhase bool // can commit in one phase
 	viaRM    bool // its session is gone: phase 2 goes through the ResourceManager
 	attempts int  // phase-2 attempts so far
 	ackedRM  bool // acknowledged through the ResourceManager, not its own session
@@ -64,10 +66,12 @@ type event interface{ isEvent() }
 
 type (
 	// evCommit: the application asked to commit. idle[i] says branch i
-	// ran no statement; onePhase[i] that it can commit in one phase.
+	// ran no statement; onePhase[i] that it can commit in one phase;
+	// last[i] that it can take the decision as the last resource.
 	evCommit struct {
 		idle     []bool
 		onePhase []bool
+		last     []bool
 	}
 	// evRollback: the application asked to roll back, or its context
 	// ended.
@@ -106,6 +110,12 @@ type (
 	// actLog: make the commit decision durable; it covers the listed
 	// prepared branches.
 	actLog struct{ branches []int }
+	// actCommitLast: commit branch i in one phase together with the
+	// decision covering the listed prepared branches.
+	actCommitLast struct {
+		i        int
+		branches []int
+	}
 	// actCommit: commit branch i, after waiting for retry number
 	// attempt's backoff; viaRM: from another session.
 	actCommit struct {
@@ -130,7 +140,8 @@ type (
 
 func (actPrepare) isAction()  {}
 func (actOnePhase) isAction() {}
-func (actLog) isAction()      {}
+func (actLog) isAction()        {}
+func (actCommitLast) isAction() {}
 func (actCommit) isAction()   {}
 func (actRollback) isAction() {}
 func (actRelease) isAction()  {}
@@ -152,8 +163,12 @@ type machine struct {
 	maxTries int // phase-2 attempts per branch before it is left to recovery
 	phase    phase
 	branches []branch
-	logged   bool // the decision log returned success
+	logged   bool // the decision is durable (in the log, or in the last resource)
 	sole     bool // committing the only prepared branch without a record
+	last     int  // the branch that takes the decision as last resource, or -1
+	// inResource: the decision record lives in the last resource's
+	// database; recovery forgets it, not the coordinator.
+	inResource bool
 	abort    *AbortError
 	result   *outcome // set once actFinish has been emitted
 }
@@ -162,7 +177,7 @@ func newMachine(id GlobalID, maxTries int) *machine {
 	if maxTries < 1 {
 		maxTries = 1
 	}
-	return &machine{id: id, maxTries: maxTries, phase: phaseActive}
+	return &machine{id: id, maxTries: maxTries, phase: phaseActive, last: -1}
 }
 
 // enlist adds a branch; only while active.
@@ -212,6 +227,7 @@ func (m *machine) onCommit(ev evCommit) []action {
 	var working []int
 	for i := range m.branches {
 		m.branches[i].idle = i < len(ev.idle) && ev.idle[i]
+		m.branches[i].onePhase = i < len(ev.onePhase) && ev.onePhase[i]
 		if !m.branches[i].idle {
 			working = append(working, i)
 		}
@@ -223,11 +239,23 @@ func (m *machine) onCommit(ev evCommit) []action {
 		acts := m.closeIdle()
 		return append(acts, actOnePhase{i: i})
 	}
+	// With two or more working branches, one that can take the decision
+	// itself is kept out of the prepare: it commits last, with the
+	// decision, in one phase.
+	for _, i := range working {
+		if len(working) > 1 && i < len(ev.last) && ev.last[i] {
+			m.last = i
+			break
+		}
+	}
 	m.phase = phasePreparing
 	var acts []action
 	// Idle branches are asked too: they vote read-only at no cost and
 	// release their sessions.
 	for i := range m.branches {
+		if i == m.last {
+			continue
+		}
 		m.branches[i].state = bPreparing
 		acts = append(acts, actPrepare{i: i})
 	}
@@ -301,6 +329,17 @@ func (m *machine) onVote(ev evVote) []action {
 			prepared = append(prepared, i)
 		}
 	}
+	if m.last >= 0 {
+		lr := &m.branches[m.last]
+		lr.state = bCommitting
+		if len(prepared) == 0 && lr.onePhase {
+			// Every other branch is read-only: the last commits alone.
+			m.phase = phaseOnePhase
+			return []action{actOnePhase{i: m.last}}
+		}
+		m.phase = phaseDeciding
+		return []action{actCommitLast{i: m.last, branches: prepared}}
+	}
 	switch len(prepared) {
 	case 0:
 		return m.finish(outcome{committed: true})
@@ -321,23 +360,28 @@ func (m *machine) onLogged(ev evLogged) []action {
 		return nil
 	}
 	if ev.err != nil {
-		// The decision may or may not be durable: nobody may commit or
-		// roll back now. Recovery reads the log and finishes the job.
-		var acts []action
-		var pending []int
-		for i := range m.branches {
-			if m.branches[i].state == bPrepared {
-				m.branches[i].state = bPending
-				pending = append(pending, i)
-				acts = append(acts, actRelease{i: i})
-			}
-		}
-		err := &Error{Op: "log commit decision", XID: XID{FormatID: FormatID, Gtrid: m.id.Gtrid()}, Kind: ErrOutcomeUnknown, Err: ev.err}
-		return append(acts, m.finish(outcome{pending: pending, err: err})...)
+		return m.undecided("log commit decision", ev.err)
 	}
 	m.logged = true
 	m.phase = phaseCommitting
 	return m.commitAll()
+}
+
+// undecided: the decision may or may not be durable (its write failed in
+// an unknown way). Nobody may commit or roll back now: the prepared
+// branches are released and recovery, which reads the decision, finishes.
+func (m *machine) undecided(op string, cause error) []action {
+	var acts []action
+	var pending []int
+	for i := range m.branches {
+		if m.branches[i].state == bPrepared {
+			m.branches[i].state = bPending
+			pending = append(pending, i)
+			acts = append(acts, actRelease{i: i})
+		}
+	}
+	err := &Error{Op: op, XID: XID{FormatID: FormatID, Gtrid: m.id.Gtrid()}, Kind: ErrOutcomeUnknown, Err: cause}
+	return append(acts, m.finish(outcome{pending: pending, err: err})...)
 }
 
 func (m *machine) commitAll() []action {
@@ -400,12 +444,32 @@ func (m *machine) onPhase2(ev evPhase2) []action {
 			m.result = &outcome{onePhase: true, err: &AbortError{ID: m.id, RM: b.rm, Reason: ev.err}}
 		}
 		return m.maybeFinishOnePhase()
+	case m.phase == phaseDeciding && ev.i == m.last && b.state == bCommitting:
+		return m.onDecided(ev.err)
 	case m.phase == phaseCommitting && b.state == bCommitting:
 		return m.onCommitted(ev.i, ev.err)
 	case m.phase == phaseAborting && b.state == bRollingBack:
 		return m.onRolledBack(ev.i, ev.err)
 	}
 	return nil
+}
+
+// onDecided: the last resource's commit with the decision returned.
+func (m *machine) onDecided(err error) []action {
+	lr := &m.branches[m.last]
+	lr.state = bDone
+	switch {
+	case err == nil:
+		// The decision is durable in the last resource's database.
+		m.logged, m.inResource = true, true
+		m.phase = phaseCommitting
+		return m.commitAll()
+	case OutcomeUnknown(err):
+		// Committed with the decision, or neither: nobody may act on
+		// the prepared branches; recovery reads the last resource.
+		return m.undecided("commit last with the decision", err)
+	}
+	return m.startAbort(&AbortError{ID: m.id, RM: lr.rm, Reason: err})
 }
 
 func (m *machine) onCommitted(i int, err error) []action {
@@ -482,7 +546,7 @@ func (m *machine) maybeFinishCommit() []action {
 	// A record may be dropped only once every branch acknowledged on
 	// the session that prepared it; otherwise recovery checks the
 	// databases and forgets it (fact 7).
-	if m.logged && len(pending) == 0 && !viaRM {
+	if m.logged && !m.inResource && len(pending) == 0 && !viaRM {
 		acts = append(acts, actForget{})
 	}
 	return append(acts, m.finish(outcome{committed: true, logged: m.logged, pending: pending})...)
@@ -534,11 +598,9 @@ func formatActions(m *machine, acts []action) string {
 		case actOnePhase:
 			fmt.Fprintf(&b, "commit-one-phase %s\n", m.branches[a.i].rm)
 		case actLog:
-			names := make([]string, len(a.branches))
-			for j, i := range a.branches {
-				names[j] = m.branches[i].rm
-			}
-			fmt.Fprintf(&b, "log-commit %s\n", strings.Join(names, ","))
+			fmt.Fprintf(&b, "log-commit %s\n", m.names(a.branches))
+		case actCommitLast:
+			fmt.Fprintf(&b, "commit-last %s deciding for %s\n", m.branches[a.i].rm, m.names(a.branches))
 		case actCommit:
 			fmt.Fprintf(&b, "commit %s attempt=%d%s\n", m.branches[a.i].rm, a.attempt, via(a.viaRM))
 		case actRollback:
@@ -552,6 +614,14 @@ func formatActions(m *machine, acts []action) string {
 		}
 	}
 	return b.String()
+}
+
+func (m *machine) names(is []int) string {
+	names := make([]string, len(is))
+	for j, i := range is {
+		names[j] = m.branches[i].rm
+	}
+	return strings.Join(names, ",")
 }
 
 func via(rm bool) string {

@@ -16,7 +16,7 @@ import (
 // Regenerate expected output with: go test ./xa -run TestMachine -rewrite
 //
 //	new branches=a,b [tries=N]     a transaction with these branches
-//	commit [idle=a] [onephase=a]   the application commits
+//	commit [idle=a] [onephase=a] [last=a]  the application commits
 //	rollback | timeout             the application rolls back | the timeout fires
 //	vote <rm> prepared|readonly|abort|unknown
 //	logged [error]                 the decision log answered
@@ -55,7 +55,7 @@ func TestMachine(t *testing.T) {
 				}
 				return ""
 			case "commit":
-				ev := evCommit{idle: make([]bool, len(m.branches)), onePhase: make([]bool, len(m.branches))}
+				ev := evCommit{idle: make([]bool, len(m.branches)), onePhase: make([]bool, len(m.branches)), last: make([]bool, len(m.branches))}
 				for _, arg := range d.CmdArgs {
 					for _, v := range arg.Vals {
 						i := index(d, v)
@@ -64,6 +64,8 @@ func TestMachine(t *testing.T) {
 							ev.idle[i] = true
 						case "onephase":
 							ev.onePhase[i] = true
+						case "last":
+							ev.last[i] = true
 						}
 					}
 				}

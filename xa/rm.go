@@ -117,6 +117,26 @@ type OnePhaseCommitter interface {
 // branch has released its session; ErrOutcomeUnknown means the commit may
 // or may not have happened.
 
+// LastResource is implemented by branches that can take the transaction's
+// commit decision themselves ("last resource commit"): commit their own
+// local transaction in one phase together with a row that holds the commit
+// record, written in their own database. When such a branch did work, the
+// coordinator prepares every other branch, then calls CommitLast instead
+// of writing the decision log: the branch's commit is the decision, durable
+// exactly when the branch commits, and it saves one fsync and one round
+// trip. Recovery finds the record through the participant (see
+// recovery.DecisionStore).
+type LastResource interface {
+	// CanCommitLast reports whether the branch is set up to do it (the
+	// driver may implement the method and have it turned off).
+	CanCommitLast() bool
+	// CommitLast commits the branch in one phase together with rec. nil:
+	// both are durable. An error matching ErrOutcomeUnknown: either both
+	// or neither happened, recovery will look. Any other error: neither
+	// happened and the branch is rolled back.
+	CommitLast(ctx context.Context, rec CommitRecord) error
+}
+
 // Idler is implemented by branches that can tell that no statement has
 // reached the database yet (their start was deferred).
 type Idler interface {

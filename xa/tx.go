@@ -148,12 +148,16 @@ func (tx *Tx) Commit(ctx context.Context) (Result, error) {
 		}
 		return tx.res, ErrTxDone
 	}
-	ev := evCommit{idle: make([]bool, len(tx.branches)), onePhase: make([]bool, len(tx.branches))}
+	n := len(tx.branches)
+	ev := evCommit{idle: make([]bool, n), onePhase: make([]bool, n), last: make([]bool, n)}
 	for i, b := range tx.branches {
 		if id, ok := b.(Idler); ok {
 			ev.idle[i] = id.Idle()
 		}
 		_, ev.onePhase[i] = b.(OnePhaseCommitter)
+		if lr, ok := b.(LastResource); ok {
+			ev.last[i] = lr.CanCommitLast()
+		}
 	}
 	tx.run(ctx, ev)
 	return tx.res, tx.err
@@ -317,6 +321,11 @@ func (tx *Tx) perform(ctx context.Context, a action, events chan<- event) {
 		err := tx.logCommit(lctx, a.branches)
 		cancel()
 		events <- evLogged{err: err}
+	case actCommitLast:
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Phase2Timeout)
+		err := tx.commitLast(lctx, a.i, a.branches)
+		cancel()
+		events <- evPhase2{i: a.i, err: err}
 	case actRollback:
 		time.Sleep(tx.mgr.backoff(a.attempt))
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Phase2Timeout)
@@ -343,14 +352,29 @@ func (tx *Tx) performCommit(ctx context.Context, a actCommit, d decision, events
 	events <- evPhase2{i: a.i, err: err}
 }
 
-// logCommit makes the commit decision durable and, only then, records the
-// proof that lets branches commit.
-func (tx *Tx) logCommit(ctx context.Context, prepared []int) error {
+// record is the commit decision covering the prepared branches.
+func (tx *Tx) record(prepared []int) CommitRecord {
 	rec := CommitRecord{ID: tx.id, Logged: time.Now()}
 	for _, i := range prepared {
 		rec.Branches = append(rec.Branches, BranchRecord{RM: tx.rms[i].Name(), XID: tx.id.Branch(i), Origin: tx.origins[i]})
 	}
-	if err := tx.mgr.cfg.Log.LogCommit(ctx, rec); err != nil {
+	return rec
+}
+
+// logCommit makes the commit decision durable and, only then, records the
+// proof that lets branches commit.
+func (tx *Tx) logCommit(ctx context.Context, prepared []int) error {
+	if err := tx.mgr.cfg.Log.LogCommit(ctx, tx.record(prepared)); err != nil {
+		return err
+	}
+	tx.durable = &decision{id: tx.id, logged: true}
+	return nil
+}
+
+// commitLast commits the last resource i together with the decision and,
+// only if that succeeded, records the proof that lets branches commit.
+func (tx *Tx) commitLast(ctx context.Context, i int, prepared []int) error {
+	if err := tx.branches[i].(LastResource).CommitLast(ctx, tx.record(prepared)); err != nil {
 		return err
 	}
 	tx.durable = &decision{id: tx.id, logged: true}
@@ -440,11 +464,12 @@ type tracker struct {
 	prepStart, logStart, c2St time.Time
 	prepare, log, commit      time.Duration
 	prepOpen, logOpen, c2Open int
+	last                      int // 1 + the last resource's index, 0 if none
 }
 
 func (t *tracker) started(a action) {
 	now := time.Now()
-	switch a.(type) {
+	switch a := a.(type) {
 	case actPrepare:
 		if t.prepOpen == 0 && t.prepStart.IsZero() {
 			t.prepStart = now
@@ -453,6 +478,10 @@ func (t *tracker) started(a action) {
 	case actLog:
 		t.logStart = now
 		t.logOpen++
+	case actCommitLast:
+		t.logStart = now
+		t.logOpen++
+		t.last = a.i + 1
 	case actCommit, actOnePhase:
 		if t.c2St.IsZero() {
 			t.c2St = now
@@ -471,6 +500,12 @@ func (t *tracker) done(ev event) {
 		t.logOpen--
 		t.log = now.Sub(t.logStart)
 	case evPhase2:
+		if t.last == ev.(evPhase2).i+1 && t.logOpen > 0 {
+			// The last resource's commit made the decision durable.
+			t.logOpen--
+			t.log = now.Sub(t.logStart)
+			return
+		}
 		if !t.c2St.IsZero() {
 			t.commit = now.Sub(t.c2St)
 		}

@@ -401,3 +401,47 @@ func TestAsyncCommitReturnsAtTheDecision(t *testing.T) {
 		t.Fatalf("Commit again: %v", err)
 	}
 }
+
+// With a last resource the decision is committed with that resource's own
+// work, in its database: the log is not written and the prepared branches
+// commit afterwards.
+func TestLastResourceTakesTheDecision(t *testing.T) {
+	r := newRig(t, 2, xa.Config{})
+	r.rms[1].EnableLastResource()
+	ctx := context.Background()
+	tx, _ := r.mgr.Begin(ctx)
+	r.put(tx, 0, 1, 10) //nolint:errcheck
+	r.put(tx, 1, 1, 20) //nolint:errcheck
+	res, err := tx.Commit(ctx)
+	if err != nil || !res.Committed || !res.Logged || res.OnePhase {
+		t.Fatalf("Commit = %+v, %v", res, err)
+	}
+	if r.log.Writes != 0 {
+		t.Fatalf("the decision log was written %d times", r.log.Writes)
+	}
+	decs, _ := r.rms[1].Decisions(ctx)
+	if len(decs) != 1 || decs[0].ID != tx.ID() || len(decs[0].Branches) != 1 || decs[0].Branches[0].RM != "rm0" {
+		t.Fatalf("stored decisions = %+v", decs)
+	}
+	for i := range r.dbs {
+		if _, ok := r.row(i, 1); !ok {
+			t.Fatalf("rm%d not committed", i)
+		}
+	}
+	r.noPrepared()
+
+	// The last resource refuses: the prepared branch rolls back.
+	r.fault(memrm.OpCommitLast, 1, memrm.Refuse)
+	tx, _ = r.mgr.Begin(ctx)
+	r.put(tx, 0, 2, 10) //nolint:errcheck
+	r.put(tx, 1, 2, 20) //nolint:errcheck
+	if _, err := tx.Commit(ctx); !errors.Is(err, xa.ErrAborted) {
+		t.Fatalf("Commit = %v; want aborted", err)
+	}
+	for i := range r.dbs {
+		if _, ok := r.row(i, 2); ok {
+			t.Fatalf("rm%d committed an aborted transaction", i)
+		}
+	}
+	r.noPrepared()
+}

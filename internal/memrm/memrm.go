@@ -30,9 +30,10 @@ const (
 	OpRollbackRM // from another session
 	OpOnePhase
 	OpRecover
+	OpCommitLast // one-phase commit with the decision (last resource)
 )
 
-var opNames = [...]string{"", "start", "put", "prepare", "commit", "commit-rm", "rollback", "rollback-rm", "one-phase", "recover"}
+var opNames = [...]string{"", "start", "put", "prepare", "commit", "commit-rm", "rollback", "rollback-rm", "one-phase", "recover", "commit-last"}
 
 func (o Op) String() string { return opNames[o] }
 
@@ -64,9 +65,10 @@ type Injector func(op Op, x xa.XID) Fault
 // DB is an in-memory database shared by any number of RMs (sessions of
 // different processes).
 type DB struct {
-	mu       sync.Mutex
-	rows     map[int]int
-	branches map[string]*brec // by XID text
+	mu        sync.Mutex
+	rows      map[int]int
+	branches  map[string]*brec           // by XID text
+	decisions map[string]xa.CommitRecord // written by last-resource commits
 }
 
 type brec struct {
@@ -77,7 +79,9 @@ type brec struct {
 }
 
 // NewDB returns an empty database.
-func NewDB() *DB { return &DB{rows: map[int]int{}, branches: map[string]*brec{}} }
+func NewDB() *DB {
+	return &DB{rows: map[int]int{}, branches: map[string]*brec{}, decisions: map[string]xa.CommitRecord{}}
+}
 
 // Get returns row k as committed.
 func (db *DB) Get(k int) (int, bool) {
@@ -118,6 +122,50 @@ type RM struct {
 	name   string
 	db     *DB
 	inject Injector
+	last   bool // branches can commit last with the decision
+}
+
+// EnableLastResource lets rm's branches take the decision as the last
+// resource (xa.LastResource), storing it in the DB.
+func (rm *RM) EnableLastResource() *RM { rm.last = true; return rm }
+
+// Decisions lists the decisions stored by last-resource commits.
+func (rm *RM) Decisions(ctx context.Context) ([]xa.CommitRecord, error) {
+	if _, err := rm.fault(ctx, OpRecover, xa.XID{}); err != nil {
+		return nil, err
+	}
+	rm.db.mu.Lock()
+	defer rm.db.mu.Unlock()
+	out := make([]xa.CommitRecord, 0, len(rm.db.decisions))
+	for _, r := range rm.db.decisions {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID.String() < out[j].ID.String() })
+	return out, nil
+}
+
+// Decision returns the stored decision of id.
+func (rm *RM) Decision(ctx context.Context, id xa.GlobalID) (xa.CommitRecord, bool, error) {
+	if _, err := rm.fault(ctx, OpRecover, xa.XID{}); err != nil {
+		return xa.CommitRecord{}, false, err
+	}
+	rm.db.mu.Lock()
+	defer rm.db.mu.Unlock()
+	r, ok := rm.db.decisions[id.String()]
+	return r, ok, nil
+}
+
+// ForgetDecisions deletes stored decisions.
+func (rm *RM) ForgetDecisions(ctx context.Context, ids []xa.GlobalID) error {
+	if _, err := rm.fault(ctx, OpRecover, xa.XID{}); err != nil {
+		return err
+	}
+	rm.db.mu.Lock()
+	defer rm.db.mu.Unlock()
+	for _, id := range ids {
+		delete(rm.db.decisions, id.String())
+	}
+	return nil
 }
 
 var _ xa.ResourceManager = (*RM)(nil)
@@ -238,7 +286,48 @@ var (
 	_ xa.Branch            = (*Branch)(nil)
 	_ xa.OnePhaseCommitter = (*Branch)(nil)
 	_ xa.Idler             = (*Branch)(nil)
+	_ xa.LastResource      = (*Branch)(nil)
 )
+
+// CanCommitLast implements xa.LastResource.
+func (b *Branch) CanCommitLast() bool { return b.rm.last }
+
+// CommitLast implements xa.LastResource: the branch's writes and rec
+// become durable together, or neither does.
+func (b *Branch) CommitLast(ctx context.Context, rec xa.CommitRecord) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended || !b.started {
+		return xa.ErrBranchDone
+	}
+	b.ended = true
+	f, err := b.rm.fault(ctx, OpCommitLast, b.xid)
+	if err != nil && f != LoseReply {
+		b.drop()
+		if f == Hang {
+			return err // outcome unknown, nothing done
+		}
+		return b.rm.err(OpCommitLast, b.xid, xa.ErrRolledBack, err.Error())
+	}
+	db := b.rm.db
+	db.mu.Lock()
+	r, ok := db.branches[b.xid.String()]
+	if f == Refuse || !ok {
+		delete(db.branches, b.xid.String())
+		db.mu.Unlock()
+		return b.rm.err(OpCommitLast, b.xid, xa.ErrRolledBack, "refused")
+	}
+	delete(db.branches, b.xid.String())
+	for k, v := range r.writes {
+		db.rows[k] = v
+	}
+	db.decisions[rec.ID.String()] = rec
+	db.mu.Unlock()
+	if f == LoseReply {
+		return b.rm.err(OpCommitLast, b.xid, xa.ErrOutcomeUnknown, "reply lost")
+	}
+	return nil
+}
 
 // Session returns the branch itself.
 func (b *Branch) Session() any { return b }
