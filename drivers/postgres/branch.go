@@ -61,6 +61,7 @@ var (
 	_ xa.Branch            = (*branch)(nil)
 	_ xa.OnePhaseCommitter = (*branch)(nil)
 	_ xa.Idler             = (*branch)(nil)
+	_ xa.LastResource      = (*branch)(nil)
 )
 
 func newBranch(ctx context.Context, rm *RM, xid xa.XID) *branch {
@@ -260,6 +261,59 @@ func (b *branch) CommitOnePhase(ctx context.Context) error {
 		b.release(false)
 		b.setDone(false)
 		return b.err(opCommit1PC, xa.ErrRolledBack, b.rolledBackReason("COMMIT", tag))
+	}
+	b.release(false)
+	b.setDone(true)
+	return nil
+}
+
+// CanCommitLast implements xa.LastResource: the participant has a
+// decision table.
+func (b *branch) CanCommitLast() bool { return b.rm.decisions != "" }
+
+// CommitLast implements xa.LastResource: it commits the branch's open
+// transaction in one phase together with a row of the decision table
+// holding rec, in one round trip ("INSERT ...; COMMIT"). Errors are those
+// of CommitOnePhase: ErrOutcomeUnknown on a lost reply (both or neither
+// are durable), ErrRolledBack otherwise (neither). The session is
+// released whatever happens.
+func (b *branch) CommitLast(ctx context.Context, rec xa.CommitRecord) error {
+	if b.rm.decisions == "" {
+		return b.err(opCommitLast, xa.ErrInvalidState, errors.New("no decision table is configured (Config.DecisionTable)"))
+	}
+	payload, merr := rec.MarshalBinary()
+	if ok, err := b.begin(ctx, opCommitLast); !ok {
+		return err
+	}
+	switch {
+	case b.broken != nil:
+		b.release(true)
+		b.setDone(false)
+		return b.err(opCommitLast, b.broken.Kind, b.broken.Err)
+	case merr != nil:
+		b.rollbackSession()
+		b.setDone(false)
+		return b.err(opCommitLast, xa.ErrRolledBack, fmt.Errorf("the decision does not encode: %w", merr))
+	case b.conn == nil:
+		b.release(false)
+		b.setDone(false)
+		return b.err(opCommitLast, xa.ErrRolledBack, errors.New("the branch has no session: it ran no statement"))
+	}
+	pc := b.conn.Conn().PgConn()
+	q := fmt.Sprintf("INSERT INTO %s (gtrid, node, record) VALUES (%s, %s, decode('%x', 'hex')); COMMIT",
+		b.rm.decisions, quoteLiteral(rec.ID.String()), quoteLiteral(rec.ID.Node), payload)
+	if !b.begun && pc.TxStatus() == 'I' {
+		q = "BEGIN; " + q
+	}
+	res, err := pc.Exec(ctx, q).ReadAll()
+	if err != nil {
+		_, xerr := b.prepareFailed(opCommitLast, err)
+		return xerr
+	}
+	if tag := lastTag(res); tag != "COMMIT" {
+		b.release(false)
+		b.setDone(false)
+		return b.err(opCommitLast, xa.ErrRolledBack, b.rolledBackReason("COMMIT", tag))
 	}
 	b.release(false)
 	b.setDone(true)

@@ -10,15 +10,16 @@ import (
 
 // Operations, as named in xa.Error.Op.
 const (
-	opOpen      = "open"
-	opCheck     = "check"
-	opStart     = "start"
-	opExec      = "exec"
-	opPrepare   = "prepare"
-	opCommit    = "commit"           // COMMIT PREPARED
-	opRollback  = "rollback"         // ROLLBACK PREPARED, or ROLLBACK of an active branch
-	opCommit1PC = "commit-one-phase" // COMMIT of an active branch
-	opRecover   = "recover"
+	opOpen       = "open"
+	opCheck      = "check"
+	opStart      = "start"
+	opExec       = "exec"
+	opPrepare    = "prepare"
+	opCommit     = "commit"           // COMMIT PREPARED
+	opRollback   = "rollback"         // ROLLBACK PREPARED, or ROLLBACK of an active branch
+	opCommit1PC  = "commit-one-phase" // COMMIT of an active branch
+	opCommitLast = "commit-last"      // INSERT decision; COMMIT of the last resource
+	opRecover    = "recover"
 )
 
 // Fixes quoted in misconfiguration errors.
@@ -84,7 +85,7 @@ func classify(op string, err error) (kind error, fix string) {
 		return classifyServer(op, pe)
 	}
 	switch op {
-	case opPrepare, opCommit1PC:
+	case opPrepare, opCommit1PC, opCommitLast:
 		if notSent(err) {
 			return xa.ErrRolledBack, ""
 		}
@@ -112,7 +113,7 @@ func notSent(err error) bool {
 func classifyServer(op string, pe *pgconn.PgError) (kind error, fix string) {
 	code := pe.Code
 	switch op {
-	case opPrepare, opCommit1PC:
+	case opPrepare, opCommit1PC, opCommitLast:
 		switch code {
 		case "42710":
 			return xa.ErrDuplicateXID, ""
