@@ -11,6 +11,11 @@
 //	tm     the transaction manager with its durable decision log
 //	async  the same with Config.AsyncCommit: the caller is answered once
 //	       the decision is durable, phase 2 goes on in the background
+//	last   the transaction manager with PostgreSQL as the last resource:
+//	       MySQL is prepared, PostgreSQL commits in one phase together with
+//	       the decision row, then MySQL commits; no decision-log write (a
+//	       recovery scanner prunes the decision rows meanwhile, as in
+//	       production)
 //
 // It is used by `xactl bench` and by the package's Go benchmark.
 package bench
@@ -29,6 +34,7 @@ import (
 
 	xamysql "github.com/xadb/xa/drivers/mysql"
 	xapg "github.com/xadb/xa/drivers/postgres"
+	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/xa"
 )
 
@@ -40,10 +46,11 @@ const (
 	Raw   Mode = "raw"
 	TM    Mode = "tm"
 	Async Mode = "tm-async"
+	Last  Mode = "tm-last"
 )
 
 // Modes in the order they are reported.
-var Modes = []Mode{Local, Raw, TM, Async}
+var Modes = []Mode{Local, Raw, TM, Async, Last}
 
 // Setup holds the connections of a run.
 type Setup struct {
@@ -52,13 +59,23 @@ type Setup struct {
 	RMs      [2]xa.ResourceManager
 	Manager  *xa.Manager
 	AsyncMgr *xa.Manager // with AsyncCommit
+	LastPG   *xapg.RM    // PostgreSQL with a decision table: the last resource
+	LastMgr  *xa.Manager
+	stopScan func()
 	Rows     int         // rows per worker
+}
+
+// Log is the decision log the transaction manager writes and recovery
+// reads (filelog.Log is one).
+type Log interface {
+	xa.DecisionLog
+	recovery.Log
 }
 
 // Open connects to both databases and creates the accounts tables (rows
 // rows for each of workers workers) in the given databases, which must
 // exist and be empty of an accounts table. log is the TM's decision log.
-func Open(ctx context.Context, mysqlDSN, pgDSN string, workers, rows int, log xa.DecisionLog) (*Setup, error) {
+func Open(ctx context.Context, mysqlDSN, pgDSN string, workers, rows int, log Log) (*Setup, error) {
 	mc, err := gomysql.ParseDSN(mysqlDSN)
 	if err != nil {
 		return nil, fmt.Errorf("mysql DSN: %w", err)
@@ -118,11 +135,33 @@ func Open(ctx context.Context, mysqlDSN, pgDSN string, workers, rows int, log xa
 	if err != nil {
 		return fail(err)
 	}
+	s.LastPG, err = xapg.Open(ctx, xapg.Config{Name: "postgres", DSN: pgDSN, MaxConns: int32(workers * 2), DecisionTable: "xa_decisions"})
+	if err != nil {
+		return fail(err)
+	}
+	s.LastMgr, err = xa.NewManager(xa.Config{Node: "bench-last", Log: log})
+	if err != nil {
+		return fail(err)
+	}
+	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{myRM, s.LastPG}, Log: log,
+		Nodes: []string{"bench-last"}, Grace: s.LastMgr.GracePeriod()})
+	if err != nil {
+		return fail(err)
+	}
+	if _, s.stopScan, err = sc.Start(context.WithoutCancel(ctx), time.Second, nil); err != nil {
+		return fail(err)
+	}
 	return s, nil
 }
 
 // Close waits for asynchronous phase 2s and closes every connection.
 func (s *Setup) Close() {
+	if s.stopScan != nil {
+		s.stopScan()
+	}
+	if s.LastPG != nil {
+		s.LastPG.Close()
+	}
 	if s.AsyncMgr != nil {
 		s.AsyncMgr.Close(context.Background()) //nolint:errcheck
 	}
@@ -164,6 +203,8 @@ func (s *Setup) Transfer(ctx context.Context, m Mode, w, i int) error {
 		return s.tm(ctx, s.Manager, row)
 	case Async:
 		return s.tm(ctx, s.AsyncMgr, row)
+	case Last:
+		return s.tmWith(ctx, s.LastMgr, s.LastPG, row)
 	}
 	return fmt.Errorf("bench: unknown mode %q", m)
 }
@@ -247,12 +288,16 @@ func (s *Setup) raw(ctx context.Context, row int) error {
 }
 
 func (s *Setup) tm(ctx context.Context, mgr *xa.Manager, row int) error {
+	return s.tmWith(ctx, mgr, s.RMs[1].(*xapg.RM), row)
+}
+
+func (s *Setup) tmWith(ctx context.Context, mgr *xa.Manager, pgRM *xapg.RM, row int) error {
 	_, err := mgr.Run(ctx, func(ctx context.Context, tx *xa.Tx) error {
 		my, err := s.RMs[0].(*xamysql.RM).Enlist(ctx, tx)
 		if err != nil {
 			return err
 		}
-		pg, err := s.RMs[1].(*xapg.RM).Enlist(ctx, tx)
+		pg, err := pgRM.Enlist(ctx, tx)
 		if err != nil {
 			return err
 		}
