@@ -62,7 +62,7 @@ type Setup struct {
 	LastPG   *xapg.RM    // PostgreSQL with a decision table: the last resource
 	LastMgr  *xa.Manager
 	stopScan func()
-	Rows     int         // rows per worker
+	Rows     int // rows per worker
 }
 
 // Log is the decision log the transaction manager writes and recovery
