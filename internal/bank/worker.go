@@ -22,6 +22,9 @@ import (
 const (
 	MySQLName    = "mysql"
 	PostgresName = "postgres"
+	// DecisionTable is the PostgreSQL table of decisions taken by the
+	// last resource; recovery must read it (postgres.Config).
+	DecisionTable = "xa_decisions"
 )
 
 // WorkerConfig configures a coordinator process running transfers.
@@ -35,6 +38,9 @@ type WorkerConfig struct {
 	Crash           string        // crashpoint spec, "" for none
 	Seed            uint64        // for the random transfers
 	Fixed           *Transfer     // if set, every transfer is this one
+	// LastResource makes PostgreSQL the last resource (a decision table
+	// instead of the log for the decision, see postgres.Config).
+	LastResource bool
 	Timeout         time.Duration // global transaction timeout
 	Logger          *slog.Logger
 }
@@ -64,7 +70,11 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 		return err
 	}
 	defer my.Close()
-	pg, err := xapg.Open(ctx, xapg.Config{Name: PostgresName, DSN: cfg.PGDSN, MaxConns: int32(2 * cfg.Workers), Logger: cfg.Logger})
+	pgCfg := xapg.Config{Name: PostgresName, DSN: cfg.PGDSN, MaxConns: int32(2 * cfg.Workers), Logger: cfg.Logger}
+	if cfg.LastResource {
+		pgCfg.DecisionTable = DecisionTable
+	}
+	pg, err := xapg.Open(ctx, pgCfg)
 	if err != nil {
 		return err
 	}

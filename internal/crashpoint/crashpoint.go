@@ -1,8 +1,10 @@
 // Package crashpoint kills the process at a chosen step of the protocol,
 // for crash tests and the demo: "prepare:2" right after the second branch
 // prepare of the process returned, "log:1" right after the first commit
-// decision became durable (before any branch is told), "commit:1" right
-// after the first branch commit returned. The kill is SIGKILL: no deferred
+// decision became durable in the log (before any branch is told), "last:1"
+// right after the first last-resource commit (the decision durable in that
+// participant, the others not told), "commit:1" right after the first
+// branch commit returned. The kill is SIGKILL: no deferred
 // function, no flush, no goodbye to the databases — as in a real crash.
 package crashpoint
 
@@ -19,7 +21,7 @@ import (
 )
 
 // Points where a Trigger can fire.
-var Points = []string{"prepare", "log", "commit"}
+var Points = []string{"prepare", "log", "last", "commit"}
 
 // Trigger fires once its point has been passed n times.
 type Trigger struct {
@@ -125,6 +127,19 @@ func (b *branch) Commit(ctx context.Context) error {
 
 func (b *branch) CommitOnePhase(ctx context.Context) error {
 	return b.Branch.(xa.OnePhaseCommitter).CommitOnePhase(ctx)
+}
+
+func (b *branch) CanCommitLast() bool {
+	lr, ok := b.Branch.(xa.LastResource)
+	return ok && lr.CanCommitLast()
+}
+
+func (b *branch) CommitLast(ctx context.Context, rec xa.CommitRecord) error {
+	err := b.Branch.(xa.LastResource).CommitLast(ctx, rec)
+	if err == nil {
+		b.t.Hit("last")
+	}
+	return err
 }
 
 func (b *branch) Idle() bool {

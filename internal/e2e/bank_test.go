@@ -28,9 +28,22 @@ var errPoison = errors.New("transfer made to fail in the middle")
 // ones).
 func TestBankInvariant(t *testing.T) {
 	t.Parallel()
+	for _, last := range []bool{false, true} {
+		name := "log"
+		if last {
+			name = "last-resource" // PostgreSQL takes the decisions
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testBankInvariant(t, last)
+		})
+	}
+}
+
+func testBankInvariant(t *testing.T, last bool) {
 	b := newBank(t, dbtest.MySQLDB(t), dbtest.PostgresDB(t), 10)
 	ctx := context.Background()
-	my, pg := b.rms()
+	my, pg := b.rms(last)
 	timeout := 5 * time.Second
 	mgr, log := b.manager(timeout)
 	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{my, pg}, Log: log, Nodes: []string{b.node}, Grace: timeout + time.Second})
@@ -113,6 +126,19 @@ func TestBankInvariant(t *testing.T) {
 	b.check(committed)
 	if recs, _ := log.Commits(ctx); len(recs) != 0 {
 		t.Errorf("%d decision records left after every transaction finished", len(recs))
+	}
+	if last {
+		// The decisions stored in PostgreSQL: one per two-phase
+		// transfer, pruned by a scan once its branches are gone.
+		rep, err := sc.Scan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if decs, _ := pg.Decisions(ctx); len(decs) != 0 {
+			t.Errorf("%d stored decisions left after a final scan (forgot %d)", len(decs), len(rep.Forgotten))
+		}
+	} else if log.SyncCount() == 0 {
+		t.Error("the log was never written")
 	}
 }
 

@@ -119,18 +119,26 @@ func TestCrashAtEveryStep(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		crash     string
+		last      bool // PostgreSQL is the last resource
 		committed bool // the transfer must be committed after recovery
 	}{
-		{"prepare:1", false}, // one of two branches prepared
-		{"prepare:2", false}, // both prepared, no decision
-		{"log:1", true},      // decision durable, no branch told
-		{"commit:1", true},   // one of two committed
-		{"commit:2", true},   // both committed, record not yet forgotten
+		{"prepare:1", false, false}, // one of two branches prepared
+		{"prepare:2", false, false}, // both prepared, no decision
+		{"log:1", false, true},      // decision durable, no branch told
+		{"commit:1", false, true},   // one of two committed
+		{"commit:2", false, true},   // both committed, record not yet forgotten
+		{"prepare:1", true, false},  // MySQL prepared, PostgreSQL not committed
+		{"last:1", true, true},      // PostgreSQL committed with the decision, MySQL not told
+		{"commit:1", true, true},    // MySQL committed too, decision row not yet pruned
 	} {
-		t.Run(strings.ReplaceAll(tc.crash, ":", "-"), func(t *testing.T) {
+		name := strings.ReplaceAll(tc.crash, ":", "-")
+		if tc.last {
+			name = "last-resource-" + name
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := newBank(t, dbtest.MySQLDB(t), dbtest.PostgresDB(t), 2)
-			w := b.startWorker(bank.WorkerConfig{Node: b.node, Workers: 1, Transfers: 1, Crash: tc.crash, Seed: 3})
+			w := b.startWorker(bank.WorkerConfig{Node: b.node, Workers: 1, Transfers: 1, Crash: tc.crash, Seed: 3, LastResource: tc.last})
 			if !w.wait() {
 				t.Fatalf("the worker was not killed at %s", tc.crash)
 			}
@@ -166,7 +174,8 @@ func TestRandomKills(t *testing.T) {
 	var committed []string
 	totals := map[string]int{}
 	for i := 0; i < kills; i++ {
-		w := b.startWorker(bank.WorkerConfig{Node: b.node, Workers: 6, Seed: uint64(i), Timeout: time.Second})
+		// Every other run with PostgreSQL as the last resource.
+		w := b.startWorker(bank.WorkerConfig{Node: b.node, Workers: 6, Seed: uint64(i), Timeout: time.Second, LastResource: i%2 == 1})
 		// Let it get going, then kill it at a random moment.
 		deadline := time.Now().Add(30 * time.Second)
 		for {

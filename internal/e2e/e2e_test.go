@@ -68,8 +68,10 @@ func newBank(t *testing.T, my, pg *dbtest.DB, accounts int) *bankEnv {
 	return &bankEnv{t: t, my: my, pg: pg, accounts: accounts, logDir: t.TempDir(), node: node}
 }
 
-// rms opens both resource managers with the bank's participant names.
-func (b *bankEnv) rms() (*xamysql.RM, *xapg.RM) {
+// rms opens both resource managers with the bank's participant names;
+// with last, PostgreSQL is the last resource (its decision table is read
+// by recovery either way).
+func (b *bankEnv) rms(last ...bool) (*xamysql.RM, *xapg.RM) {
 	b.t.Helper()
 	ctx := context.Background()
 	my, err := xamysql.Open(ctx, xamysql.Config{Name: bank.MySQLName, DSN: b.my.DSN(), MaxConns: 64})
@@ -77,7 +79,11 @@ func (b *bankEnv) rms() (*xamysql.RM, *xapg.RM) {
 		b.t.Fatal(err)
 	}
 	b.t.Cleanup(func() { my.Close() })
-	pg, err := xapg.Open(ctx, xapg.Config{Name: bank.PostgresName, DSN: b.pg.DSN(), MaxConns: 64})
+	cfg := xapg.Config{Name: bank.PostgresName, DSN: b.pg.DSN(), MaxConns: 64}
+	if len(last) > 0 && last[0] {
+		cfg.DecisionTable = bank.DecisionTable
+	}
+	pg, err := xapg.Open(ctx, cfg)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -112,7 +118,7 @@ func (b *bankEnv) recoverAll(grace time.Duration) recovery.Report {
 		b.t.Fatalf("reopening the decision log: %v", err)
 	}
 	defer log.Close()
-	my, pg := b.rms()
+	my, pg := b.rms(true)
 	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{my, pg}, Log: log, Nodes: []string{b.node}, Grace: grace})
 	if err != nil {
 		b.t.Fatal(err)
@@ -130,11 +136,16 @@ func (b *bankEnv) recoverAll(grace time.Duration) recovery.Report {
 		if err != nil {
 			b.t.Fatal(err)
 		}
-		if rep.InDoubt() == 0 && len(recs) == 0 && len(rep.Errors) == 0 {
+		decs, err := pg.Decisions(ctx)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		if rep.InDoubt() == 0 && len(recs) == 0 && len(decs) == 0 && len(rep.Errors) == 0 {
 			return all
 		}
 		if time.Now().After(deadline) {
-			b.t.Fatalf("recovery did not finish: %d in doubt, %d records, errors %v, kept %v", rep.InDoubt(), len(recs), rep.Errors, rep.Kept)
+			b.t.Fatalf("recovery did not finish: %d in doubt, %d records, %d stored decisions, errors %v, kept %v",
+				rep.InDoubt(), len(recs), len(decs), rep.Errors, rep.Kept)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
