@@ -33,16 +33,16 @@ type WorkerConfig struct {
 	LogDir          string // the decision log (filelog)
 	Node            string
 	Accounts        int
-	Workers         int           // concurrent transfers
-	Transfers       int           // per worker; 0 runs until ctx ends
-	Crash           string        // crashpoint spec, "" for none
-	Seed            uint64        // for the random transfers
-	Fixed           *Transfer     // if set, every transfer is this one
+	Workers         int       // concurrent transfers
+	Transfers       int       // per worker; 0 runs until ctx ends
+	Crash           string    // crashpoint spec, "" for none
+	Seed            uint64    // for the random transfers
+	Fixed           *Transfer // if set, every transfer is this one
 	// LastResource makes PostgreSQL the last resource (a decision table
 	// instead of the log for the decision, see postgres.Config).
 	LastResource bool
-	Timeout         time.Duration // global transaction timeout
-	Logger          *slog.Logger
+	Timeout      time.Duration // global transaction timeout
+	Logger       *slog.Logger
 }
 
 // RunWorker runs transfers and writes one line per finished transfer to
