@@ -52,7 +52,8 @@ func openParticipant(ctx context.Context, pc config.Participant, log *slog.Logge
 		}
 		return &participant{cfg: pc, rm: rm, checker: rm, close: func() { rm.Close() }}, nil
 	case "postgres":
-		rm, err := xapg.Open(ctx, xapg.Config{Name: pc.Name, DSN: pc.DSN, MaxConns: int32(pc.MaxConns), Logger: log, SkipCheck: true})
+		rm, err := xapg.Open(ctx, xapg.Config{Name: pc.Name, DSN: pc.DSN, MaxConns: int32(pc.MaxConns), Logger: log, SkipCheck: true,
+			DecisionTable: pc.DecisionTable})
 		if err != nil {
 			return nil, err
 		}

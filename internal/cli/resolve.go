@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/xa"
 )
 
@@ -104,6 +105,17 @@ is then recorded in the decision log as a heuristic outcome, which list and
 				rec, ok, err := log.Lookup(ctx, g0)
 				if err != nil {
 					return err
+				}
+				// A last resource may hold the decision instead.
+				for _, p := range ps {
+					if ok {
+						break
+					}
+					if ds, isStore := p.rm.(recovery.DecisionStore); isStore {
+						if rec, ok, err = ds.Decision(ctx, g0); err != nil {
+							return fmt.Errorf("reading the decisions stored in %s: %w", p.cfg.Name, err)
+						}
+					}
 				}
 				logged = ok
 				for _, br := range rec.Branches {

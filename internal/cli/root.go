@@ -149,6 +149,7 @@ overridden by XACTL_NODE, XACTL_LOG_DIR, XACTL_TIMEOUT and then by flags:
     - name: pg
       driver: postgres
       dsn: ${PG_DSN}          # environment variables are expanded
+      decision_table: xa_decisions  # only if pg is the TM's last resource
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 in-doubt branches remain.`,
 		SilenceUsage:  true,

@@ -13,6 +13,7 @@
 //	  - name: pg
 //	    driver: postgres
 //	    dsn: ${PG_DSN}
+//	    decision_table: xa_decisions  # if pg is the last resource
 //	recovery:
 //	  nodes: [node1]
 //	  interval: 10s
@@ -55,6 +56,9 @@ type Participant struct {
 	// DSN is the driver's DSN; ${VAR} is expanded from the environment.
 	DSN      string `yaml:"dsn"`
 	MaxConns int    `yaml:"max_conns"`
+	// DecisionTable (postgres only): the table where this participant,
+	// as the last resource, stores commit decisions; recovery reads it.
+	DecisionTable string `yaml:"decision_table"`
 }
 
 // Recovery configures the recovery scanner.
@@ -182,6 +186,9 @@ func (c *Config) Validate(needLog bool) error {
 		}
 		if p.DSN == "" {
 			errs = append(errs, fmt.Errorf("participant %q: dsn is empty", p.Name))
+		}
+		if p.DecisionTable != "" && p.Driver != "postgres" {
+			errs = append(errs, fmt.Errorf("participant %q: decision_table is for postgres participants", p.Name))
 		}
 	}
 	for _, n := range c.Recovery.Nodes {
