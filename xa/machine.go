@@ -138,15 +138,15 @@ type (
 	actFinish struct{ res outcome }
 )
 
-func (actPrepare) isAction()  {}
-func (actOnePhase) isAction() {}
+func (actPrepare) isAction()    {}
+func (actOnePhase) isAction()   {}
 func (actLog) isAction()        {}
 func (actCommitLast) isAction() {}
-func (actCommit) isAction()   {}
-func (actRollback) isAction() {}
-func (actRelease) isAction()  {}
-func (actForget) isAction()   {}
-func (actFinish) isAction()   {}
+func (actCommit) isAction()     {}
+func (actRollback) isAction()   {}
+func (actRelease) isAction()    {}
+func (actForget) isAction()     {}
+func (actFinish) isAction()     {}
 
 // outcome is what the caller of Commit or Rollback learns.
 type outcome struct {
@@ -169,8 +169,8 @@ type machine struct {
 	// inResource: the decision record lives in the last resource's
 	// database; recovery forgets it, not the coordinator.
 	inResource bool
-	abort    *AbortError
-	result   *outcome // set once actFinish has been emitted
+	abort      *AbortError
+	result     *outcome // set once actFinish has been emitted
 }
 
 func newMachine(id GlobalID, maxTries int) *machine {
