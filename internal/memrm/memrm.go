@@ -295,19 +295,26 @@ func (b *Branch) CanCommitLast() bool { return b.rm.last }
 // CommitLast implements xa.LastResource: the branch's writes and rec
 // become durable together, or neither does.
 func (b *Branch) CommitLast(ctx context.Context, rec xa.CommitRecord) error {
+	return b.commitLocal(ctx, OpCommitLast, &rec)
+}
+
+// commitLocal commits the branch in one phase, with rec stored alongside
+// when it is not nil. An error is ErrOutcomeUnknown (lost reply: it
+// happened; hang: it did not) or ErrRolledBack (it did not).
+func (b *Branch) commitLocal(ctx context.Context, op Op, rec *xa.CommitRecord) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.ended || !b.started {
+	if b.ended {
 		return xa.ErrBranchDone
 	}
 	b.ended = true
-	f, err := b.rm.fault(ctx, OpCommitLast, b.xid)
+	f, err := b.rm.fault(ctx, op, b.xid)
 	if err != nil && f != LoseReply {
 		b.drop()
 		if f == Hang {
 			return err // outcome unknown, nothing done
 		}
-		return b.rm.err(OpCommitLast, b.xid, xa.ErrRolledBack, err.Error())
+		return b.rm.err(op, b.xid, xa.ErrRolledBack, err.Error())
 	}
 	db := b.rm.db
 	db.mu.Lock()
@@ -315,16 +322,18 @@ func (b *Branch) CommitLast(ctx context.Context, rec xa.CommitRecord) error {
 	if f == Refuse || !ok {
 		delete(db.branches, b.xid.String())
 		db.mu.Unlock()
-		return b.rm.err(OpCommitLast, b.xid, xa.ErrRolledBack, "refused")
+		return b.rm.err(op, b.xid, xa.ErrRolledBack, "refused")
 	}
 	delete(db.branches, b.xid.String())
 	for k, v := range r.writes {
 		db.rows[k] = v
 	}
-	db.decisions[rec.ID.String()] = rec
+	if rec != nil {
+		db.decisions[rec.ID.String()] = *rec
+	}
 	db.mu.Unlock()
 	if f == LoseReply {
-		return b.rm.err(OpCommitLast, b.xid, xa.ErrOutcomeUnknown, "reply lost")
+		return b.rm.err(op, b.xid, xa.ErrOutcomeUnknown, "reply lost")
 	}
 	return nil
 }
@@ -466,34 +475,7 @@ func (b *Branch) Rollback(ctx context.Context) error {
 
 // CommitOnePhase implements xa.OnePhaseCommitter.
 func (b *Branch) CommitOnePhase(ctx context.Context) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ended {
-		return xa.ErrBranchDone
-	}
-	b.ended = true
-	f, err := b.rm.fault(ctx, OpOnePhase, b.xid)
-	if err != nil && f != LoseReply {
-		b.drop()
-		return err
-	}
-	db := b.rm.db
-	db.mu.Lock()
-	r, ok := db.branches[b.xid.String()]
-	if f == Refuse || !ok {
-		delete(db.branches, b.xid.String())
-		db.mu.Unlock()
-		return b.rm.err(OpOnePhase, b.xid, xa.ErrRolledBack, "refused")
-	}
-	delete(db.branches, b.xid.String())
-	for k, v := range r.writes {
-		db.rows[k] = v
-	}
-	db.mu.Unlock()
-	if f == LoseReply {
-		return b.rm.err(OpOnePhase, b.xid, xa.ErrOutcomeUnknown, "reply lost")
-	}
-	return nil
+	return b.commitLocal(ctx, OpOnePhase, nil)
 }
 
 // Close implements xa.Branch: the session goes; an active branch is rolled
