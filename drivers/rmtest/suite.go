@@ -247,6 +247,14 @@ func (e *env) listed(rm xa.ResourceManager, x xa.XID) bool {
 	return false
 }
 
+// originOf returns where b was prepared, for phase 2 from elsewhere.
+func originOf(b xa.Branch) xa.Origin {
+	if o, ok := b.(xa.OriginReporter); ok {
+		return o.Origin()
+	}
+	return xa.Origin{}
+}
+
 // eventually retries f while it returns an ErrRetryable error.
 func eventually(t testing.TB, what string, f func() error) {
 	t.Helper()
@@ -565,10 +573,7 @@ func (s *suite) testSurvivesDisconnect(t *testing.T) {
 	b := e.start(x)
 	e.put(b, 1, 10)
 	e.prepare(b, xa.VotePrepared)
-	var from xa.Origin
-	if o, ok := b.(xa.OriginReporter); ok {
-		from = o.Origin()
-	}
+	from := originOf(b)
 	// Drop the session and the whole pool, as a crashed process would.
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -830,10 +835,7 @@ func (s *suite) testCloseDetaches(t *testing.T) {
 	b := e.start(x)
 	e.put(b, 1, 10)
 	e.prepare(b, xa.VotePrepared)
-	var from xa.Origin
-	if o, ok := b.(xa.OriginReporter); ok {
-		from = o.Origin()
-	}
+	from := originOf(b)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,8 @@ var Modes = []Mode{Local, Raw, TM, Async, Last}
 type Setup struct {
 	MySQL    *sql.DB       // plain pool for local and raw
 	Postgres *pgxpool.Pool // plain pool for local and raw
-	RMs      [2]xa.ResourceManager
+	MyRM     *xamysql.RM
+	PGRM     *xapg.RM
 	Manager  *xa.Manager
 	AsyncMgr *xa.Manager // with AsyncCommit
 	LastPG   *xapg.RM    // PostgreSQL with a decision table: the last resource
@@ -117,16 +118,12 @@ func Open(ctx context.Context, mysqlDSN, pgDSN string, workers, rows int, log Lo
 		return fail(fmt.Errorf("postgres: %w", err))
 	}
 
-	myRM, err := xamysql.Open(ctx, xamysql.Config{Name: "mysql", DSN: mysqlDSN, MaxConns: workers * 2})
-	if err != nil {
+	if s.MyRM, err = xamysql.Open(ctx, xamysql.Config{Name: "mysql", DSN: mysqlDSN, MaxConns: workers * 2}); err != nil {
 		return fail(err)
 	}
-	s.RMs[0] = myRM
-	pgRM, err := xapg.Open(ctx, xapg.Config{Name: "postgres", DSN: pgDSN, MaxConns: int32(workers * 2)})
-	if err != nil {
+	if s.PGRM, err = xapg.Open(ctx, xapg.Config{Name: "postgres", DSN: pgDSN, MaxConns: int32(workers * 2)}); err != nil {
 		return fail(err)
 	}
-	s.RMs[1] = pgRM
 	s.Manager, err = xa.NewManager(xa.Config{Node: "bench", Log: log})
 	if err != nil {
 		return fail(err)
@@ -143,7 +140,7 @@ func Open(ctx context.Context, mysqlDSN, pgDSN string, workers, rows int, log Lo
 	if err != nil {
 		return fail(err)
 	}
-	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{myRM, s.LastPG}, Log: log,
+	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{s.MyRM, s.LastPG}, Log: log,
 		Nodes: []string{"bench-last"}, Grace: s.LastMgr.GracePeriod()})
 	if err != nil {
 		return fail(err)
@@ -171,12 +168,11 @@ func (s *Setup) Close() {
 	if s.Postgres != nil {
 		s.Postgres.Close()
 	}
-	for _, rm := range s.RMs {
-		if c, ok := rm.(interface{ Close() error }); ok {
-			c.Close()
-		} else if c, ok := rm.(interface{ Close() }); ok {
-			c.Close()
-		}
+	if s.MyRM != nil {
+		s.MyRM.Close()
+	}
+	if s.PGRM != nil {
+		s.PGRM.Close()
 	}
 }
 
@@ -288,12 +284,12 @@ func (s *Setup) raw(ctx context.Context, row int) error {
 }
 
 func (s *Setup) tm(ctx context.Context, mgr *xa.Manager, row int) error {
-	return s.tmWith(ctx, mgr, s.RMs[1].(*xapg.RM), row)
+	return s.tmWith(ctx, mgr, s.PGRM, row)
 }
 
 func (s *Setup) tmWith(ctx context.Context, mgr *xa.Manager, pgRM *xapg.RM, row int) error {
 	_, err := mgr.Run(ctx, func(ctx context.Context, tx *xa.Tx) error {
-		my, err := s.RMs[0].(*xamysql.RM).Enlist(ctx, tx)
+		my, err := s.MyRM.Enlist(ctx, tx)
 		if err != nil {
 			return err
 		}
