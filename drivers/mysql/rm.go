@@ -319,7 +319,7 @@ type precheckResult struct {
 // answer success without committing (the branch stays prepared in InnoDB
 // and is missing from XA RECOVER until a restart). So once the session is
 // out of the process list, precheck also makes sure that no InnoDB
-// transaction of that session is left (sessionsWithTrx).
+// transaction of that session is left (freshTrx).
 //
 // The session check is skipped when the session is one of this RM's own
 // that has ended its branches since from.Prepared. Without the PROCESS
@@ -384,7 +384,7 @@ func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Orig
 		}
 		return pc, nil
 	}
-	threads, err := rm.sessionsWithTrx(ctx, s, got)
+	reading, err := rm.freshTrx(ctx, s, got)
 	switch {
 	case errNumber(err) == erSpecificAccess:
 		// The snapshot transaction of the reading is still open.
@@ -401,7 +401,7 @@ func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Orig
 		return pc, err
 	}
 	switch {
-	case threads[from.Session]:
+	case reading.threads[from.Session]:
 		if inList > 0 {
 			pc.alive = fmt.Errorf("preparing session %d still connected", from.Session)
 		} else {
@@ -440,26 +440,31 @@ func (rm *RM) ownSessionWithout(from xa.Origin) bool {
 // in step), serves everybody who asked before it began.
 type trxReadings struct {
 	mu       sync.Mutex
-	taken    time.Time       // when the last fresh reading's transaction began
-	threads  map[uint64]bool // sessions with an InnoDB transaction at that reading
-	lastRead time.Time       // when the last reading ended
-	busy     chan struct{}   // closed when the reading in flight ends
+	taken    time.Time     // when the last fresh reading's transaction began
+	last     trxReading    // the last fresh reading
+	lastRead time.Time     // when the last reading ended
+	busy     chan struct{} // closed when the reading in flight ends
 }
 
-// sessionsWithTrx returns the sessions that have an InnoDB transaction, as
-// of a moment after after. A reading is fresh when it shows the
-// transaction that the reading session itself opened just before. A
-// reading this call takes runs on s; after an error s may be left inside
-// a transaction.
-func (rm *RM) sessionsWithTrx(ctx context.Context, s *session, after time.Time) (map[uint64]bool, error) {
+// trxReading is one reading of information_schema.INNODB_TRX.
+type trxReading struct {
+	threads map[uint64]bool // sessions with an InnoDB transaction
+	orphans int             // transactions without a session, not being rolled back
+}
+
+// freshTrx returns a reading of INNODB_TRX taken after after. A reading is
+// fresh when it shows the transaction that the reading session itself
+// opened just before. A reading this call takes runs on s; after an error
+// s may be left inside a transaction.
+func (rm *RM) freshTrx(ctx context.Context, s *session, after time.Time) (trxReading, error) {
 	r := rm.trx
 	stale := 0
 	for {
 		r.mu.Lock()
 		if r.taken.After(after) {
-			m := r.threads
+			got := r.last
 			r.mu.Unlock()
-			return m, nil
+			return got, nil
 		}
 		if r.busy != nil {
 			ch := r.busy
@@ -468,7 +473,7 @@ func (rm *RM) sessionsWithTrx(ctx context.Context, s *session, after time.Time) 
 			case <-ch:
 				continue
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return trxReading{}, ctx.Err()
 			}
 		}
 		ch := make(chan struct{})
@@ -480,29 +485,29 @@ func (rm *RM) sessionsWithTrx(ctx context.Context, s *session, after time.Time) 
 		r.mu.Unlock()
 
 		var taken time.Time
-		var threads map[uint64]bool
+		var got trxReading
 		var fresh bool
 		var err error
 		select {
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-time.After(wait):
-			taken, threads, fresh, err = rm.readTrx(ctx, s)
+			taken, got, fresh, err = rm.readTrx(ctx, s)
 		}
 		r.mu.Lock()
 		r.lastRead = time.Now()
 		if fresh {
-			r.taken, r.threads = taken, threads
+			r.taken, r.last = taken, got
 		}
 		r.busy = nil
 		close(ch)
 		r.mu.Unlock()
 		if err != nil {
-			return nil, err
+			return trxReading{}, err
 		}
 		if !fresh {
 			if stale++; stale == staleReadings {
-				return nil, fmt.Errorf("no fresh reading of information_schema.INNODB_TRX after %d tries (somebody reads it more often than every 0.1 s)", stale)
+				return trxReading{}, fmt.Errorf("no fresh reading of information_schema.INNODB_TRX after %d tries (somebody reads it more often than every 0.1 s)", stale)
 			}
 		}
 	}
@@ -512,38 +517,44 @@ const (
 	// trxCacheAge is how long INNODB_TRX must go unread for MariaDB to
 	// refresh it.
 	trxCacheAge = 110 * time.Millisecond
-	// staleReadings bounds the readings sessionsWithTrx takes.
+	// staleReadings bounds the readings freshTrx takes.
 	staleReadings = 5
 )
 
 // readTrx takes one reading of INNODB_TRX inside a snapshot transaction
 // of session s, in one round trip.
-func (rm *RM) readTrx(ctx context.Context, s *session) (taken time.Time, threads map[uint64]bool, fresh bool, err error) {
+func (rm *RM) readTrx(ctx context.Context, s *session) (taken time.Time, got trxReading, fresh bool, err error) {
 	taken = time.Now()
 	rows, err := s.conn.QueryContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT; "+
-		"SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id <> 0; COMMIT")
+		"SELECT trx_mysql_thread_id, trx_state FROM information_schema.INNODB_TRX; COMMIT")
 	if err != nil {
-		return taken, nil, false, err
+		return taken, got, false, err
 	}
 	defer rows.Close()
-	threads = map[uint64]bool{}
+	got.threads = map[uint64]bool{}
 	for rows.Next() {
 		var id uint64
-		if err := rows.Scan(&id); err != nil {
-			return taken, nil, false, err
+		var state string
+		if err := rows.Scan(&id, &state); err != nil {
+			return taken, trxReading{}, false, err
 		}
-		threads[id] = true
+		switch {
+		case id != 0:
+			got.threads[id] = true
+		case state != "ROLLING BACK":
+			got.orphans++
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return taken, nil, false, err
+		return taken, trxReading{}, false, err
 	}
 	for rows.NextResultSet() {
 	}
 	if err := rows.Err(); err != nil {
-		return taken, nil, false, err
+		return taken, trxReading{}, false, err
 	}
-	rm.log.Debug("mysql: INNODB_TRX reading", "sessions", len(threads), "fresh", threads[s.id])
-	return taken, threads, threads[s.id], nil
+	rm.log.Debug("mysql: INNODB_TRX reading", "sessions", len(got.threads), "orphans", got.orphans, "fresh", got.threads[s.id])
+	return taken, got, got.threads[s.id], nil
 }
 
 // scanOne scans the first row of the current result set.
@@ -664,35 +675,31 @@ func scanRecover(rows *sql.Rows) ([]recoverRow, error) {
 // result above 0 that persists means ghosts: restart the server, then run
 // recovery, which will find them in XA RECOVER.
 //
-// MariaDB serves INNODB_TRX from a snapshot it refreshes only when the
-// previous read of it is more than 0.1 s old (by anybody): readings taken
-// more often than that keep returning the same stale snapshot.
+// The reading of INNODB_TRX is a fresh one, taken after the call began
+// (MariaDB serves a snapshot that may be up to 0.1 s old; see freshTrx),
+// and XA RECOVER is read after it: a branch committed in between counts
+// as unlisted for this call only, never the other way round.
 func (rm *RM) UnlistedPrepared(ctx context.Context) (int, error) {
-	rows, err := rm.db.QueryContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = 0 AND trx_state <> 'ROLLING BACK'; XA RECOVER")
-	if errNumber(err) == erSpecificAccess {
-		return 0, rm.rmError("unlisted", xa.XID{}, xa.ErrMisconfigured,
-			fmt.Errorf("%w (fix: GRANT PROCESS ON *.* TO %s)", err, rm.user))
-	}
+	began := time.Now()
+	s, err := rm.newSession(ctx)
 	if err != nil {
 		return 0, rm.wrap("unlisted", xa.XID{}, err)
 	}
-	defer rows.Close()
-	var orphans, listed int
-	if !rows.Next() {
-		return 0, rm.wrap("unlisted", xa.XID{}, fmt.Errorf("INNODB_TRX count returned no row: %w", rows.Err()))
-	}
-	if err := rows.Scan(&orphans); err != nil {
-		return 0, rm.wrap("unlisted", xa.XID{}, err)
-	}
-	if rows.NextResultSet() {
-		for rows.Next() {
-			listed++
+	reading, err := rm.freshTrx(ctx, s, began)
+	if err != nil {
+		s.release(false) // the snapshot transaction may still be open
+		if errNumber(err) == erSpecificAccess {
+			return 0, rm.rmError("unlisted", xa.XID{}, xa.ErrMisconfigured,
+				fmt.Errorf("%w (fix: GRANT PROCESS ON *.* TO %s)", err, rm.user))
 		}
-	}
-	if err := rows.Err(); err != nil {
 		return 0, rm.wrap("unlisted", xa.XID{}, err)
 	}
-	return max(0, orphans-listed), nil
+	listed, err := recoverOn(ctx, s.conn)
+	s.release(err == nil)
+	if err != nil {
+		return 0, rm.wrap("unlisted", xa.XID{}, err)
+	}
+	return max(0, reading.orphans-len(listed)), nil
 }
 
 // listedIn reports whether ps lists x.
