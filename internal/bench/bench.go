@@ -430,6 +430,28 @@ func (c Comparison) Ratio(a, b Mode) float64 {
 	return ta / tb
 }
 
+// RoundRatios returns, per round, the TPS of mode a over that of mode b
+// measured in the same round: their spread shows how much of a ratio is
+// the machine's noise.
+func (c Comparison) RoundRatios(a, b Mode) []float64 {
+	var rs []float64
+	for _, round := range c.Rounds {
+		var ta, tb float64
+		for _, st := range round {
+			switch st.Mode {
+			case a:
+				ta = st.TPS
+			case b:
+				tb = st.TPS
+			}
+		}
+		if tb > 0 {
+			rs = append(rs, ta/tb)
+		}
+	}
+	return rs
+}
+
 // CheckBalances verifies that the run moved money without creating or
 // losing any: every transfer, of every mode, debits and credits 1.
 func (c Comparison) CheckBalances(ctx context.Context, s *Setup) error {

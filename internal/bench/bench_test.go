@@ -12,13 +12,15 @@ import (
 
 // BenchmarkTransfer measures one transfer per op in each mode, 16 workers
 // on disjoint rows, against the same two servers in one run. Compare the
-// modes' ns/op (lower is better); tps is the throughput.
+// modes' ns/op (lower is better); tps is the throughput. The servers are
+// private ones with the databases' durable defaults (every commit
+// flushed), or those of XA_MYSQL_DSN / XA_POSTGRES_DSN.
 //
 //	go test -run '^$' -bench Transfer ./internal/bench
 func BenchmarkTransfer(b *testing.B) {
 	ctx := context.Background()
 	const workers = 16
-	my, pg := dbtest.MySQLDB(b), dbtest.PostgresDB(b)
+	my, pg := durableDBs(b)
 	dir, err := os.MkdirTemp("/var/tmp", "xa-bench-") // a real disk, not tmpfs
 	if err != nil {
 		dir = b.TempDir()
@@ -62,4 +64,21 @@ func BenchmarkTransfer(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tps")
 		})
 	}
+}
+
+// durableDBs returns a database on each of two servers that flush every
+// commit: private ones started with dbtest.Durable, or the servers given
+// in the environment.
+func durableDBs(b *testing.B) (my, pg *dbtest.DB) {
+	if os.Getenv("XA_MYSQL_DSN") != "" {
+		my = dbtest.MySQLDB(b)
+	} else {
+		my = dbtest.NewMySQLServer(b, dbtest.Durable()).CreateDB(b)
+	}
+	if os.Getenv("XA_POSTGRES_DSN") != "" {
+		pg = dbtest.PostgresDB(b)
+	} else {
+		pg = dbtest.NewPostgresServer(b, dbtest.Durable()).CreateDB(b)
+	}
+	return my, pg
 }

@@ -91,6 +91,16 @@ creates tables named accounts in those databases (drop them first).`,
 			tw.Flush()
 			fmt.Fprintf(g.stdout, "ratio to raw (TPS): tm %.2f   tm-async %.2f   tm-last %.2f\n",
 				res.Ratio(bench.TM, bench.Raw), res.Ratio(bench.Async, bench.Raw), res.Ratio(bench.Last, bench.Raw))
+			if rounds > 1 {
+				fmt.Fprintln(g.stdout, "the same ratios round by round (their spread is the machine's noise):")
+				for _, m := range []bench.Mode{bench.TM, bench.Async, bench.Last} {
+					fmt.Fprintf(g.stdout, "  %-8s", m)
+					for _, r := range res.RoundRatios(m, bench.Raw) {
+						fmt.Fprintf(g.stdout, " %.2f", r)
+					}
+					fmt.Fprintln(g.stdout)
+				}
+			}
 			if err := res.CheckBalances(ctx, s); err != nil {
 				return err
 			}

@@ -212,6 +212,7 @@ type Option func(*options)
 
 type options struct {
 	settings map[string]string
+	durable  bool
 }
 
 // Setting sets a server variable at start-up (a postgres -c option, a
@@ -223,6 +224,20 @@ func Setting(name, value string) Option {
 		}
 		o.settings[name] = value
 	}
+}
+
+// Durable starts the server with the databases' durable defaults instead
+// of the fsync-light test settings: for benchmarks, where a commit must
+// cost what it costs in production.
+func Durable() Option {
+	return func(o *options) { o.durable = true }
+}
+
+// durableDefaults are the server defaults of the settings testSettings
+// change.
+var durableDefaults = map[Kind]map[string]string{
+	MySQL:    {"innodb-flush-log-at-trx-commit": "1"},
+	Postgres: {"fsync": "on", "full_page_writes": "on"},
 }
 
 var (
@@ -300,6 +315,16 @@ func newPrivate(t testing.TB, k Kind, opts []Option) *Server {
 	var o options
 	for _, f := range opts {
 		f(&o)
+	}
+	if o.durable {
+		if o.settings == nil {
+			o.settings = map[string]string{}
+		}
+		for name, v := range durableDefaults[k] {
+			if _, set := o.settings[name]; !set {
+				o.settings[name] = v
+			}
+		}
 	}
 	srv, err := startServer(k, o.settings)
 	if err != nil {
