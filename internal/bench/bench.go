@@ -151,11 +151,17 @@ func Open(ctx context.Context, mysqlDSN, pgDSN string, workers, rows int, log Lo
 	return s, nil
 }
 
-// Close waits for asynchronous phase 2s and closes every connection.
-func (s *Setup) Close() {
+// stopRecovery stops the recovery scanner of the last-resource mode.
+func (s *Setup) stopRecovery() {
 	if s.stopScan != nil {
 		s.stopScan()
+		s.stopScan = nil
 	}
+}
+
+// Close waits for asynchronous phase 2s and closes every connection.
+func (s *Setup) Close() {
+	s.stopRecovery()
 	if s.LastPG != nil {
 		s.LastPG.Close()
 	}

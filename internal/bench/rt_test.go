@@ -86,6 +86,11 @@ func TestRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	// The recovery scanner of the last-resource mode talks to both
+	// databases on its own: stop it. Anything else in the background
+	// (pool health checks) is kept out by taking, per database, the
+	// smallest count of several batches.
+	s.stopRecovery()
 	perOp := map[Mode][2]float64{}
 	for _, m := range []Mode{Raw, TM, Last} {
 		for i := 0; i < 5; i++ { // warm the pools and caches
@@ -93,15 +98,23 @@ func TestRoundTrips(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		m0, p0 := myC.reads.Load(), pgC.reads.Load()
-		const n = 50
-		for i := 0; i < n; i++ {
-			if err := s.Transfer(ctx, m, 0, i); err != nil {
-				t.Fatal(err)
+		const batches, n = 5, 10
+		least := [2]int64{-1, -1}
+		for range batches {
+			m0, p0 := myC.reads.Load(), pgC.reads.Load()
+			for i := 0; i < n; i++ {
+				if err := s.Transfer(ctx, m, 0, i); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for k, d := range []int64{myC.reads.Load() - m0, pgC.reads.Load() - p0} {
+				if least[k] < 0 || d < least[k] {
+					least[k] = d
+				}
 			}
 		}
-		perOp[m] = [2]float64{float64(myC.reads.Load()-m0) / n, float64(pgC.reads.Load()-p0) / n}
-		t.Logf("%s: %.2f round trips to MySQL, %.2f to PostgreSQL per transfer", m, perOp[m][0], perOp[m][1])
+		perOp[m] = [2]float64{float64(least[0]) / n, float64(least[1]) / n}
+		t.Logf("%s: %.2f round trips to MySQL, %.2f to PostgreSQL per transfer (least of %d batches of %d)", m, perOp[m][0], perOp[m][1], batches, n)
 	}
 	if tm := perOp[TM]; tm[0] > 3 || tm[1] > 3 {
 		t.Errorf("the transaction manager needs %.2f / %.2f round trips per transfer; want at most 3 on each", tm[0], tm[1])
