@@ -357,7 +357,10 @@ func TestForgetDoesNotWaitForSync(t *testing.T) {
 	if err := l.Forget(ctx, gid(1)); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > 100*time.Millisecond {
+	// The sync stays stuck until the test ends: a Forget that waited for
+	// it would not return at all. The bound only keeps a slow machine
+	// from failing the test.
+	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("Forget took %v behind a stuck sync", d)
 	}
 	if _, ok, _ := l.Lookup(ctx, gid(1)); ok {
