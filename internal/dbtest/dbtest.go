@@ -333,7 +333,12 @@ func newPrivate(t testing.TB, k Kind, opts []Option) *Server {
 	sharedMu.Lock()
 	private = append(private, srv)
 	sharedMu.Unlock()
-	t.Cleanup(srv.ctl.destroy)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("dbtest: the private %s server's log ends with:\n%s", k, srv.LogTail())
+		}
+		srv.ctl.destroy()
+	})
 	return srv
 }
 
