@@ -328,7 +328,9 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 				unseen = true
 			case listed[key{br.RM, br.XID.String()}]:
 				prepared = true
-			case ghosts[br.RM] != 0:
+			case ghosts[br.RM] < 0:
+				reasons = append(reasons, fmt.Sprintf("participant %q could not tell whether it holds prepared transactions it does not list (see the scan's errors)", br.RM))
+			case ghosts[br.RM] > 0:
 				reasons = append(reasons, fmt.Sprintf("participant %q holds prepared transactions it does not list (fact 7): restart it and recover", br.RM))
 			}
 		}

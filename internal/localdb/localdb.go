@@ -162,6 +162,11 @@ func Start(ctx context.Context, k Kind, settings map[string]string) (*Server, er
 	if out, err := exec.CommandContext(ctx, "cp", "-a", tmpl, data).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("copy template: %v: %s", err, out)
 	}
+	if k == MySQL {
+		if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o755); err != nil {
+			return nil, err
+		}
+	}
 	ls := &Server{Kind: k, dir: dir, Host: "127.0.0.1"}
 	switch k {
 	case MySQL:
@@ -241,6 +246,10 @@ func serverArgs(k Kind, dir string, port int, settings map[string]string) []stri
 			"--max-connections=600",
 			"--innodb-buffer-pool-size=64M",
 			"--innodb-log-file-size=16M",
+			// A temporary directory of its own: servers sharing /tmp
+			// collide on internal temporary table names (stale files of a
+			// killed server whose pid comes round again).
+			"--tmpdir=" + filepath.Join(dir, "tmp"),
 		}
 		if os.Geteuid() == 0 {
 			args = append(args, "--user=root")
@@ -513,8 +522,12 @@ func template(ctx context.Context, k Kind) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("%w (install it: apt-get install -y mariadb-server)", err)
 		}
+		tmp := filepath.Join(r, "template-tmp")
+		if err := os.MkdirAll(tmp, 0o755); err != nil {
+			return "", err
+		}
 		args := []string{"--no-defaults", "--datadir=" + dir, "--auth-root-authentication-method=normal",
-			"--skip-test-db", "--innodb-log-file-size=16M"}
+			"--skip-test-db", "--innodb-log-file-size=16M", "--tmpdir=" + tmp}
 		if os.Geteuid() == 0 {
 			args = append(args, "--user=root")
 		}
