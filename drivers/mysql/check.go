@@ -78,7 +78,8 @@ func (rm *RM) Check(ctx context.Context) ([]xa.Finding, error) {
 	case kind == xa.ErrMisconfigured:
 		add("PROCESS privilege", "missing: "+err.Error(), xa.SeverityWarn,
 			fmt.Sprintf("without it the RM cannot see other users' sessions in the process list (waiting for a preparing session, fact 7) "+
-				"nor information_schema.INNODB_TRX (UnlistedPrepared): GRANT PROCESS ON *.* TO %s", grantee))
+				"nor information_schema.INNODB_TRX (UnlistedPrepared), so recovery keeps the decision records of branches it resolved "+
+				"(and a last resource's decision rows) for want of proof that none is a ghost: GRANT PROCESS ON *.* TO %s", grantee))
 	case connectionLost(err):
 		return fail(err)
 	default:
