@@ -134,8 +134,9 @@ func testBankInvariant(t *testing.T, last bool) {
 		// committed between the two readings of UnlistedPrepared makes
 		// a scan keep records once: a few scans, as the periodic
 		// scanner would run them, must prune everything.
+		const scans = 15
 		var kept []recovery.KeptRecord
-		for range 5 {
+		for range scans {
 			rep, err := sc.Scan(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -147,7 +148,7 @@ func testBankInvariant(t *testing.T, last bool) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		if decs, _ := pg.Decisions(ctx); len(decs) != 0 {
-			t.Errorf("%d stored decisions left after 5 scans; the last kept %d: %+v", len(decs), len(kept), kept)
+			t.Errorf("%d stored decisions left after %d scans; the last kept %d: %+v", len(decs), scans, len(kept), kept)
 		}
 	} else if log.SyncCount() == 0 {
 		t.Error("the log was never written")
