@@ -233,13 +233,6 @@ func Durable() Option {
 	return func(o *options) { o.durable = true }
 }
 
-// durableDefaults are the server defaults of the settings testSettings
-// change.
-var durableDefaults = map[Kind]map[string]string{
-	MySQL:    {"innodb-flush-log-at-trx-commit": "1"},
-	Postgres: {"fsync": "on", "full_page_writes": "on"},
-}
-
 var (
 	sharedMu sync.Mutex
 	shared   = map[Kind]*sharedServer{}
@@ -285,7 +278,7 @@ func sharedServerFor(t testing.TB, k Kind) *Server {
 			s.srv, s.err = serverFromDSN(k, dsn)
 			return
 		}
-		s.srv, s.err = startServer(k, nil)
+		s.srv, s.err = startServer(k, nil, true)
 	})
 	if s.err != nil {
 		unavailable(t, fmt.Errorf("%s server: %w", k, s.err))
@@ -316,17 +309,7 @@ func newPrivate(t testing.TB, k Kind, opts []Option) *Server {
 	for _, f := range opts {
 		f(&o)
 	}
-	if o.durable {
-		if o.settings == nil {
-			o.settings = map[string]string{}
-		}
-		for name, v := range durableDefaults[k] {
-			if _, set := o.settings[name]; !set {
-				o.settings[name] = v
-			}
-		}
-	}
-	srv, err := startServer(k, o.settings)
+	srv, err := startServer(k, o.settings, !o.durable)
 	if err != nil {
 		unavailable(t, fmt.Errorf("private %s server: %w", k, err))
 	}
@@ -367,12 +350,16 @@ var testSettings = map[Kind]map[string]string{
 	Postgres: {"fsync": "off", "full_page_writes": "off"},
 }
 
-func startServer(k Kind, settings map[string]string) (*Server, error) {
+// startServer starts a server of kind k with settings, over testSettings
+// when light is set, over the server's own defaults otherwise.
+func startServer(k Kind, settings map[string]string, light bool) (*Server, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	merged := map[string]string{}
-	for n, v := range testSettings[k] {
-		merged[n] = v
+	if light {
+		for n, v := range testSettings[k] {
+			merged[n] = v
+		}
 	}
 	for n, v := range settings {
 		merged[n] = v

@@ -86,3 +86,48 @@ func TestPrivateMySQLStopStart(t *testing.T) {
 	srv.Kill(t)
 	srv.Start(t)
 }
+
+// Durable servers flush every commit; the shared ones skip fsync.
+func TestDurableOption(t *testing.T) {
+	t.Parallel()
+	if envDSN(MySQL) != "" || envDSN(Postgres) != "" {
+		t.Skip("servers given by DSN keep their own settings")
+	}
+	ctx := context.Background()
+	flush := func(dsn string) int {
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var v int
+		if err := db.QueryRowContext(ctx, "SELECT @@innodb_flush_log_at_trx_commit").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	fsync := func(dsn string) string {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		var v string
+		if err := conn.QueryRow(ctx, "SHOW fsync").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := flush(NewMySQLServer(t, Durable()).CreateDB(t).DSN()); v != 1 {
+		t.Errorf("durable MariaDB: innodb_flush_log_at_trx_commit = %d, want 1", v)
+	}
+	if v := flush(MySQLDB(t).DSN()); v != 2 {
+		t.Errorf("shared MariaDB: innodb_flush_log_at_trx_commit = %d, want 2", v)
+	}
+	if v := fsync(NewPostgresServer(t, Durable()).CreateDB(t).DSN()); v != "on" {
+		t.Errorf("durable PostgreSQL: fsync = %s, want on", v)
+	}
+	if v := fsync(PostgresDB(t).DSN()); v != "off" {
+		t.Errorf("shared PostgreSQL: fsync = %s, want off", v)
+	}
+}
