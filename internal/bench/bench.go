@@ -421,8 +421,27 @@ func Compare(ctx context.Context, s *Setup, workers int, d time.Duration, rounds
 
 // Ratio returns Best TPS of mode a over that of mode b.
 func (c Comparison) Ratio(a, b Mode) float64 {
+	return ratio(c.Best, a, b)
+}
+
+// RoundRatios returns, per round, the TPS of mode a over that of mode b
+// measured in the same round: their spread shows how much of a ratio is
+// the machine's noise.
+func (c Comparison) RoundRatios(a, b Mode) []float64 {
+	var rs []float64
+	for _, round := range c.Rounds {
+		if r := ratio(round, a, b); r > 0 {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// ratio returns the TPS of mode a over that of mode b in stats, 0 when b
+// has none.
+func ratio(stats []Stats, a, b Mode) float64 {
 	var ta, tb float64
-	for _, st := range c.Best {
+	for _, st := range stats {
 		switch st.Mode {
 		case a:
 			ta = st.TPS
@@ -434,28 +453,6 @@ func (c Comparison) Ratio(a, b Mode) float64 {
 		return 0
 	}
 	return ta / tb
-}
-
-// RoundRatios returns, per round, the TPS of mode a over that of mode b
-// measured in the same round: their spread shows how much of a ratio is
-// the machine's noise.
-func (c Comparison) RoundRatios(a, b Mode) []float64 {
-	var rs []float64
-	for _, round := range c.Rounds {
-		var ta, tb float64
-		for _, st := range round {
-			switch st.Mode {
-			case a:
-				ta = st.TPS
-			case b:
-				tb = st.TPS
-			}
-		}
-		if tb > 0 {
-			rs = append(rs, ta/tb)
-		}
-	}
-	return rs
 }
 
 // CheckBalances verifies that the run moved money without creating or
