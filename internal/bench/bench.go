@@ -426,13 +426,11 @@ func (c Comparison) Ratio(a, b Mode) float64 {
 
 // RoundRatios returns, per round, the TPS of mode a over that of mode b
 // measured in the same round: their spread shows how much of a ratio is
-// the machine's noise.
+// the machine's noise. A round in which b did nothing gives 0.
 func (c Comparison) RoundRatios(a, b Mode) []float64 {
-	var rs []float64
-	for _, round := range c.Rounds {
-		if r := ratio(round, a, b); r > 0 {
-			rs = append(rs, r)
-		}
+	rs := make([]float64, len(c.Rounds))
+	for i, round := range c.Rounds {
+		rs[i] = ratio(round, a, b)
 	}
 	return rs
 }
