@@ -41,8 +41,14 @@ func TestCompareShort(t *testing.T) {
 		}
 	}
 	for _, m := range []Mode{TM, Async, Last} {
-		if rs := c.RoundRatios(m, Raw); len(rs) != rounds {
+		rs := c.RoundRatios(m, Raw)
+		if len(rs) != rounds {
 			t.Errorf("%s: %d round ratios, want %d", m, len(rs), rounds)
+		}
+		for i, r := range rs {
+			if r <= 0 {
+				t.Errorf("%s: round %d ratio to raw %v", m, i+1, r)
+			}
 		}
 		if r := c.Ratio(m, Raw); r <= 0 {
 			t.Errorf("%s: ratio to raw %v", m, r)
