@@ -58,6 +58,31 @@ type DecisionStore interface {
 	Decision(ctx context.Context, id xa.GlobalID) (xa.CommitRecord, bool, error)
 	// ForgetDecisions deletes the stored decisions of ids.
 	ForgetDecisions(ctx context.Context, ids []xa.GlobalID) error
+
+	// ClaimAbort fences a last-resource commit of id before recovery
+	// presumes abort: it stores an abort marker under id's key, in the
+	// same table and under the same unique key as a commit decision. A
+	// commit of id still in flight on the server makes it wait until that
+	// commit ends. nil: the abort is claimed (now, or by an earlier call),
+	// and no commit of id can be stored any more. An error matching
+	// xa.ErrCommitRecorded: the commit won; the decision is stored. Any
+	// other error: nothing is known, nothing may be rolled back.
+	ClaimAbort(ctx context.Context, id xa.GlobalID, reason string) error
+	// ForgetAborts deletes abort markers stored more than retention ago
+	// by the database's clock, and returns how many.
+	ForgetAborts(ctx context.Context, retention time.Duration) (int, error)
+}
+
+// SharedServer is implemented by participants whose recover listing covers
+// a whole server, beyond their own database (MySQL and MariaDB: XA RECOVER
+// lists every branch of the server). Participants with equal ServerKeys
+// list the same branches: the scanner attributes each branch to the one
+// participant its commit record (or, without one, the first configured)
+// names, and acts on it once.
+type SharedServer interface {
+	// ServerKey identifies the server, the same for every participant
+	// connected to it and stable while it runs.
+	ServerKey(ctx context.Context) (string, error)
 }
 
 // GhostCounter is implemented by resource managers whose database can hold

@@ -129,6 +129,12 @@ var ErrAborted = errors.New("xa: transaction aborted")
 // timeout expired.
 var ErrTimeout = errors.New("xa: global transaction timeout")
 
+// ErrDecisionTooLate: a commit decision was not taken (not written, not
+// sent) because Begin + Timeout had passed; recovery may be presuming
+// abort by then. A decision log returns it (wrapped) from LogCommit when
+// its own clock says so; nothing was logged. It matches ErrTimeout.
+var ErrDecisionTooLate = fmt.Errorf("%w: it passed before the commit decision was taken", ErrTimeout)
+
 func (e *AbortError) Error() string {
 	if e.RM != "" {
 		return fmt.Sprintf("xa: transaction %s aborted: branch %s refused: %v", e.ID, e.RM, e.Reason)
@@ -138,3 +144,26 @@ func (e *AbortError) Error() string {
 
 // Unwrap returns ErrAborted and the reason.
 func (e *AbortError) Unwrap() []error { return []error{ErrAborted, e.Reason} }
+
+// ErrHeuristic is matched by every HeuristicError.
+var ErrHeuristic = errors.New("xa: heuristic outcome")
+
+// HeuristicError is returned by Tx.Commit when the commit decision was
+// durable but a database rolled a branch back instead of committing it (a
+// heuristic decision by the server or an operator): the transaction is
+// neither committed nor aborted everywhere. The transaction manager has
+// recorded it in the decision log; `xactl list` shows it until an operator
+// clears it. errors.Is(err, ErrHeuristic) holds.
+type HeuristicError struct {
+	ID GlobalID
+	// RolledBack names the participants whose branch was rolled back; the
+	// others committed (or will, for those left to recovery).
+	RolledBack []string
+}
+
+func (e *HeuristicError) Error() string {
+	return fmt.Sprintf("xa: transaction %s: heuristic mixed outcome: committed, but rolled back by %s", e.ID, strings.Join(e.RolledBack, ", "))
+}
+
+// Unwrap returns ErrHeuristic.
+func (e *HeuristicError) Unwrap() error { return ErrHeuristic }

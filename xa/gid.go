@@ -88,13 +88,11 @@ func (g GlobalID) IsZero() bool { return g.Node == "" }
 // Gtrid returns the gtrid bytes of every branch of g.
 func (g GlobalID) Gtrid() []byte { return []byte(g.String()) }
 
-// Branch returns the XID of branch i (0 <= i <= 9999) of g.
-func (g GlobalID) Branch(i int) XID {
-	if i < 0 || i > maxBranchIdx {
-		panic(fmt.Sprintf("xa: branch index %d out of range", i))
-	}
-	return XID{FormatID: FormatID, Gtrid: g.Gtrid(), Bqual: []byte(strconv.Itoa(i))}
-}
+// Branch returns the XID of branch i (0 <= i <= 9999) of g, naming no
+// decision log. Recovery commits such a branch when a record decides it but
+// never presumes it aborted; transactions of a Manager use
+// BranchRef{ID: g, Index: i, Log: log}.XID() instead.
+func (g GlobalID) Branch(i int) XID { return BranchRef{ID: g, Index: i}.XID() }
 
 // ParseGlobalID parses a gtrid written by GlobalID.String. It returns false
 // for anything else, without error: foreign and malformed gtrids are simply
@@ -125,26 +123,115 @@ func ParseGlobalID(gtrid []byte) (GlobalID, bool) {
 // ParseGlobalIDString is ParseGlobalID for text.
 func ParseGlobalIDString(s string) (GlobalID, bool) { return ParseGlobalID([]byte(s)) }
 
-// Owned reports whether x is a branch created by this project, and if so its
-// global transaction and branch index. Foreign and malformed XIDs give false.
-func Owned(x XID) (g GlobalID, branch int, ok bool) {
+// LogID identifies one decision log: 64 random bits chosen when the log is
+// created. Every branch XID carries the id of the log that holds (or will
+// hold) its transaction's decision, so that recovery presumes abort only of
+// branches whose decision it can see. The zero LogID means "no log": XIDs
+// made before logs had identities, and XIDs made by GlobalID.Branch.
+type LogID uint64
+
+// NewLogID returns a fresh random LogID.
+func NewLogID() (LogID, error) {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, fmt.Errorf("xa: reading random bits: %w", err)
+		}
+		if id := LogID(binary.BigEndian.Uint64(b[:])); id != 0 {
+			return id, nil
+		}
+	}
+}
+
+// String returns the 16 lower-case hex digits of id.
+func (id LogID) String() string { return string(appendHex(nil, uint64(id), 16)) }
+
+// ParseLogID parses what LogID.String wrote.
+func ParseLogID(s string) (LogID, error) {
+	if len(s) != 16 || !lowerHex(s) {
+		return 0, fmt.Errorf("xa: log id %q: want 16 lower-case hex digits", truncate(s, 40))
+	}
+	v, err := strconv.ParseUint(s, 16, 64)
+	if err != nil || v == 0 {
+		return 0, fmt.Errorf("xa: log id %q is not valid", s)
+	}
+	return LogID(v), nil
+}
+
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// BranchRef is what one of our XIDs says about its branch: the global
+// transaction, the branch's index in it, and the decision log its
+// coordinator used (zero for XIDs without one). Its branch qualifier is
+//
+//	<index>.<16 hex digits of the log id>
+//
+// or just <index> when Log is zero.
+type BranchRef struct {
+	ID    GlobalID
+	Index int
+	Log   LogID
+}
+
+// XID returns the branch's XID. It panics if Index is out of range
+// (0..9999).
+func (r BranchRef) XID() XID {
+	if r.Index < 0 || r.Index > maxBranchIdx {
+		panic(fmt.Sprintf("xa: branch index %d out of range", r.Index))
+	}
+	q := strconv.AppendInt(nil, int64(r.Index), 10)
+	if r.Log != 0 {
+		q = append(q, '.')
+		q = appendHex(q, uint64(r.Log), 16)
+	}
+	return XID{FormatID: FormatID, Gtrid: r.ID.Gtrid(), Bqual: q}
+}
+
+// ParseOwned reports whether x is a branch created by this project and, if
+// so, what its XID says. Foreign and malformed XIDs give false. Every XID it
+// accepts is the XID of the BranchRef it returns (r.XID().Equal(x)).
+func ParseOwned(x XID) (r BranchRef, ok bool) {
 	if x.FormatID != FormatID {
-		return GlobalID{}, 0, false
+		return BranchRef{}, false
 	}
-	g, ok = ParseGlobalID(x.Gtrid)
+	g, ok := ParseGlobalID(x.Gtrid)
 	if !ok {
-		return GlobalID{}, 0, false
+		return BranchRef{}, false
 	}
-	q := string(x.Bqual)
+	q, logHex, hasLog := strings.Cut(string(x.Bqual), ".")
 	if q == "" || len(q) > 4 || (len(q) > 1 && q[0] == '0') {
-		return GlobalID{}, 0, false
+		return BranchRef{}, false
 	}
 	n := 0
 	for i := 0; i < len(q); i++ {
 		if q[i] < '0' || q[i] > '9' {
-			return GlobalID{}, 0, false
+			return BranchRef{}, false
 		}
 		n = n*10 + int(q[i]-'0')
 	}
-	return g, n, true
+	r = BranchRef{ID: g, Index: n}
+	if hasLog {
+		id, err := ParseLogID(logHex)
+		if err != nil {
+			return BranchRef{}, false
+		}
+		r.Log = id
+	}
+	return r, true
+}
+
+// Owned reports whether x is a branch created by this project, and if so its
+// global transaction and branch index. Foreign and malformed XIDs give false.
+// ParseOwned also says which decision log the branch belongs to.
+func Owned(x XID) (g GlobalID, branch int, ok bool) {
+	r, ok := ParseOwned(x)
+	return r.ID, r.Index, ok
 }

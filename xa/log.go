@@ -8,23 +8,271 @@ import (
 	"time"
 )
 
-// DecisionLog stores commit decisions. The transaction manager writes a
-// record before it tells any branch to commit and forgets it once every
-// branch has acknowledged; presumed abort means nothing is written for an
-// abort. Implementations live in recovery/.
+// DecisionLog is the decision log as the coordinator uses it. The
+// transaction manager writes a commit record before it tells any branch to
+// commit and forgets it once every branch has acknowledged; presumed abort
+// means the coordinator writes nothing for an abort. Recovery's view of the
+// same log is RecoveryLog; implementations live in recovery/ and pass the
+// conformance suite in recovery/logtest.
+//
+// COMMIT and ABORT records of one global id exclude each other: of a
+// coordinator's LogCommit and a recovery scanner's LogAbort for the same id,
+// exactly one succeeds, whatever the timing (docs/protocol.md).
 type DecisionLog interface {
+	// Identity returns the log's identity, fixed when it was created.
+	Identity() LogIdentity
+
 	// LogCommit makes rec durable. It returns nil only once the record
 	// survives a crash of the process and of the machine; concurrent
-	// calls may share one sync. An error means the decision may or may
-	// not be durable: the caller must not commit any branch and must
-	// treat the outcome as unknown until recovery reads the log.
+	// calls may share one sync.
+	//
+	// If an abort record exists for rec.ID, or is being written, the
+	// record is refused with an error matching ErrAbortRecorded: nothing
+	// was logged and the transaction is aborted. A log that can tell time
+	// may also refuse a record whose transaction began more than
+	// Identity().Timeout ago by its clock, with an error matching
+	// ErrDecisionTooLate: nothing was logged. Any other error means the
+	// decision may or may not be durable: the caller must not commit any
+	// branch and must treat the outcome as unknown until recovery reads
+	// the log.
 	LogCommit(ctx context.Context, rec CommitRecord) error
+
+	// LogDelegation durably records that commit decisions of this log's
+	// transactions may live in the decision table of the named
+	// participant (a last resource, see LastResource). The coordinator
+	// calls it before the first last-resource commit through that
+	// participant; recovery then refuses to presume abort without that
+	// participant's decisions. Recording a participant again is a no-op.
+	LogDelegation(ctx context.Context, participant string) error
+
+	// LogHeuristic makes h durable, like LogCommit. The record is kept
+	// until an operator clears it.
+	LogHeuristic(ctx context.Context, h HeuristicRecord) error
+
+	// LookupAbort reports whether an abort record exists for id.
+	LookupAbort(ctx context.Context, id GlobalID) (AbortRecord, bool, error)
 
 	// Forget says that every branch of id has acknowledged its commit,
 	// so the record may be dropped. It need not be durable: a forgotten
 	// record that comes back after a crash is resolved and forgotten
 	// again by recovery.
 	Forget(ctx context.Context, id GlobalID) error
+}
+
+// RecoveryLog is the decision log as recovery (the scanner, xactl) uses it:
+// the coordinator's operations and the reads and writes of presumed abort.
+type RecoveryLog interface {
+	DecisionLog
+
+	// Commits returns every commit record not yet forgotten, oldest first.
+	Commits(ctx context.Context) ([]CommitRecord, error)
+	// Lookup returns the commit record of id, if any.
+	Lookup(ctx context.Context, id GlobalID) (CommitRecord, bool, error)
+
+	// LogAbort makes rec durable before recovery rolls back any branch of
+	// rec.ID (presumed abort). If a commit record exists for rec.ID, or
+	// is being written, it is refused with an error matching
+	// ErrCommitRecorded and nothing is logged: the transaction committed.
+	// Logging an abort that exists already is a no-op. Any other error: the
+	// abort may or may not be durable; nothing may be rolled back on its
+	// strength.
+	LogAbort(ctx context.Context, rec AbortRecord) error
+	// Aborts returns every abort record not yet forgotten, oldest first.
+	Aborts(ctx context.Context) ([]AbortRecord, error)
+	// ForgetAbort drops the abort record of id. Recovery calls it once no
+	// branch of id is left and the record is older than AbortRetention.
+	ForgetAbort(ctx context.Context, id GlobalID) error
+
+	// Delegations returns the participants whose decision tables may hold
+	// decisions of this log's transactions.
+	Delegations(ctx context.Context) ([]Delegation, error)
+
+	// Heuristics returns the heuristic records not cleared, oldest first.
+	Heuristics(ctx context.Context) ([]HeuristicRecord, error)
+	// ClearHeuristic drops the heuristic records of branch x on
+	// participant rm, durably.
+	ClearHeuristic(ctx context.Context, rm string, x XID) error
+}
+
+// Errors of the fence between a commit decision and presumed abort.
+var (
+	// ErrAbortRecorded: LogCommit was refused because recovery recorded an
+	// abort for the transaction first. Nothing was logged; the transaction
+	// aborts.
+	ErrAbortRecorded = errors.New("xa: an abort is recorded for this transaction (presumed abort won the race)")
+
+	// ErrCommitRecorded: LogAbort (or an abort marker in a decision table)
+	// was refused because a commit decision exists or is being written.
+	// The transaction commits; nothing may be rolled back.
+	ErrCommitRecorded = errors.New("xa: a commit decision is recorded for this transaction")
+)
+
+// AbortRetention is how long an abort record is kept after it was logged
+// (and all its branches are gone) before recovery forgets it. It covers a
+// coordinator that paused, or whose clock was wrong, for that long.
+const AbortRetention = 24 * time.Hour
+
+// LogIdentity says which log a log is. It is written once, when the log is
+// created, and never changes.
+type LogIdentity struct {
+	// ID is random, unique to this log; every branch XID of its
+	// transactions carries it.
+	ID LogID
+	// Node is the transaction-manager node whose decisions the log holds.
+	Node string
+	// Created is when the log was created.
+	Created time.Time
+	// Timeout is the global transaction timeout of the log's coordinators:
+	// a Manager takes it as its default and refuses a longer one.
+	Timeout time.Duration
+	// Grace is how old a prepared branch without a decision must be before
+	// recovery presumes it aborted: at least Timeout plus the coordinator's
+	// phase-2 retry budget (see GracePeriod).
+	Grace time.Duration
+}
+
+// NewLogIdentity returns the identity of a new log for node, with a fresh
+// ID, the given timeout (0: DefaultTimeout) and grace (0: GracePeriod of the
+// timeout).
+func NewLogIdentity(node string, timeout, grace time.Duration, now time.Time) (LogIdentity, error) {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	if grace <= 0 {
+		grace = GracePeriod(timeout)
+	}
+	id, err := NewLogID()
+	if err != nil {
+		return LogIdentity{}, err
+	}
+	li := LogIdentity{ID: id, Node: node, Created: now.Round(0), Timeout: timeout, Grace: grace}
+	return li, li.Validate()
+}
+
+// Validate reports whether li is complete and consistent.
+func (li LogIdentity) Validate() error {
+	switch {
+	case li.ID == 0:
+		return errors.New("xa: log identity without an id")
+	case li.Created.IsZero():
+		return errors.New("xa: log identity without a creation time")
+	case li.Timeout <= 0:
+		return fmt.Errorf("xa: log identity: timeout %v must be positive", li.Timeout)
+	case li.Grace <= li.Timeout:
+		return fmt.Errorf("xa: log identity: grace %v must exceed the timeout %v", li.Grace, li.Timeout)
+	}
+	return ValidateNode(li.Node)
+}
+
+const identityVersion = 1
+
+// MarshalBinary encodes li in a compact, versioned binary form. Logs add
+// their own framing and checksum.
+func (li LogIdentity) MarshalBinary() ([]byte, error) {
+	if err := li.Validate(); err != nil {
+		return nil, err
+	}
+	b := []byte{identityVersion}
+	b = binary.BigEndian.AppendUint64(b, uint64(li.ID))
+	b = appendString(b, li.Node)
+	b = binary.AppendVarint(b, li.Created.UnixNano())
+	b = binary.AppendVarint(b, int64(li.Timeout))
+	b = binary.AppendVarint(b, int64(li.Grace))
+	return b, nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary wrote. Errors wrap
+// ErrCorruptRecord.
+func (li *LogIdentity) UnmarshalBinary(b []byte) error {
+	d := decoder{b: b}
+	if v := d.byte(); d.err == nil && v != identityVersion {
+		return fmt.Errorf("%w: unknown log identity version %d", ErrCorruptRecord, v)
+	}
+	var out LogIdentity
+	if d.err == nil && len(d.b) >= 8 {
+		out.ID = LogID(binary.BigEndian.Uint64(d.b))
+		d.b = d.b[8:]
+	} else {
+		d.fail("short log id")
+	}
+	out.Node = d.string(maxNodeLen)
+	out.Created = time.Unix(0, d.varint())
+	out.Timeout = time.Duration(d.varint())
+	out.Grace = time.Duration(d.varint())
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("trailing bytes")
+	}
+	if d.err == nil {
+		if err := out.Validate(); err != nil {
+			d.fail(err.Error())
+		}
+	}
+	if d.err != nil {
+		return fmt.Errorf("%w: %v", ErrCorruptRecord, d.err)
+	}
+	*li = out
+	return nil
+}
+
+// Delegation says that a participant's decision table may hold commit
+// decisions of a log's transactions (see DecisionLog.LogDelegation).
+type Delegation struct {
+	Participant string
+	Logged      time.Time
+}
+
+// AbortRecord is a durable presumed-abort decision, written by recovery
+// before it rolls back any branch of the transaction. It fences the
+// coordinator: the log refuses a commit record for the same id.
+type AbortRecord struct {
+	ID     GlobalID
+	Logged time.Time
+	// Reason says who decided and why, for operators.
+	Reason string
+}
+
+const abortVersion = 1
+
+// MarshalBinary encodes r in a compact, versioned binary form.
+func (r AbortRecord) MarshalBinary() ([]byte, error) {
+	if r.ID.IsZero() {
+		return nil, errors.New("xa: abort record without a global id")
+	}
+	if err := ValidateNode(r.ID.Node); err != nil {
+		return nil, fmt.Errorf("xa: abort record: %w", err)
+	}
+	if len(r.Reason) > maxReason {
+		return nil, errors.New("xa: abort record: reason too long")
+	}
+	b := []byte{abortVersion}
+	b = appendString(b, r.ID.String())
+	b = binary.AppendVarint(b, r.Logged.UnixNano())
+	b = appendString(b, r.Reason)
+	return b, nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary wrote. Errors wrap
+// ErrCorruptRecord.
+func (r *AbortRecord) UnmarshalBinary(b []byte) error {
+	d := decoder{b: b}
+	if v := d.byte(); d.err == nil && v != abortVersion {
+		return fmt.Errorf("%w: unknown abort record version %d", ErrCorruptRecord, v)
+	}
+	gid := d.string(MaxGtridLen)
+	logged := d.varint()
+	reason := d.string(maxReason)
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("trailing bytes")
+	}
+	if d.err != nil {
+		return fmt.Errorf("%w: %v", ErrCorruptRecord, d.err)
+	}
+	id, ok := ParseGlobalIDString(gid)
+	if !ok {
+		return fmt.Errorf("%w: global id %q is not ours", ErrCorruptRecord, truncate(gid, 80))
+	}
+	*r = AbortRecord{ID: id, Logged: time.Unix(0, logged), Reason: reason}
+	return nil
 }
 
 // CommitRecord is a durable commit decision.

@@ -44,9 +44,21 @@ const (
 	bCommitting                    // commit sent
 	bRollingBack                   // rollback sent
 	bPending                       // given up to recovery
+	bChecking                      // commit answered "unknown XID": looking for an abort record
 )
 
-var bstateNames = [...]string{"", "active", "preparing", "prepared", "maybe-prepared", "done", "committing", "rolling-back", "pending"}
+var bstateNames = [...]string{"", "active", "preparing", "prepared", "maybe-prepared", "done", "committing", "rolling-back", "pending", "checking"}
+
+// fate is how a branch that reached bDone in phase 2 ended, when that is
+// not plainly "committed".
+type fate int
+
+const (
+	fateCommitted fate = iota
+	fateHeuristic      // the database rolled it back in phase 2
+	fateAborted        // recovery presumed abort (an abort record exists) before our commit
+	fateUnknown        // it vanished and nothing proves it committed
+)
 
 func (s bstate) String() string { return bstateNames[s] }
 
@@ -59,6 +71,9 @@ type branch struct {
 	viaRM    bool // its session is gone: phase 2 goes through the ResourceManager
 	attempts int  // phase-2 attempts so far
 	ackedRM  bool // acknowledged through the ResourceManager, not its own session
+	lost     bool // a commit attempt's reply was lost: it may have committed
+	fate     fate
+	why      error // for fateUnknown
 }
 
 // event is an input to the machine.
@@ -92,6 +107,14 @@ type (
 		i   int
 		err error
 	}
+	// evLookedUp: the decision log answered whether an abort is recorded
+	// for the transaction, asked after branch i's commit answered
+	// "unknown XID".
+	evLookedUp struct {
+		i       int
+		aborted bool
+		err     error
+	}
 )
 
 func (evCommit) isEvent()   {}
@@ -100,6 +123,7 @@ func (evTimeout) isEvent()  {}
 func (evVote) isEvent()     {}
 func (evLogged) isEvent()   {}
 func (evPhase2) isEvent()   {}
+func (evLookedUp) isEvent() {}
 
 // action is an output of the machine.
 type action interface{ isAction() }
@@ -134,19 +158,30 @@ type (
 	// actForget: every branch acknowledged on its own session; drop the
 	// decision record.
 	actForget struct{}
+	// actLookupAbort: ask the decision log whether an abort is recorded
+	// (branch i's commit answered "unknown XID").
+	actLookupAbort struct{ i int }
+	// actLogHeuristic: record that the database rolled branch i back
+	// although the decision was commit.
+	actLogHeuristic struct {
+		i      int
+		reason error
+	}
 	// actFinish: the transaction's outcome is known; tell the caller.
 	actFinish struct{ res outcome }
 )
 
-func (actPrepare) isAction()    {}
-func (actOnePhase) isAction()   {}
-func (actLog) isAction()        {}
-func (actCommitLast) isAction() {}
-func (actCommit) isAction()     {}
-func (actRollback) isAction()   {}
-func (actRelease) isAction()    {}
-func (actForget) isAction()     {}
-func (actFinish) isAction()     {}
+func (actPrepare) isAction()      {}
+func (actOnePhase) isAction()     {}
+func (actLog) isAction()          {}
+func (actCommitLast) isAction()   {}
+func (actCommit) isAction()       {}
+func (actRollback) isAction()     {}
+func (actRelease) isAction()      {}
+func (actForget) isAction()       {}
+func (actLookupAbort) isAction()  {}
+func (actLogHeuristic) isAction() {}
+func (actFinish) isAction()       {}
 
 // outcome is what the caller of Commit or Rollback learns.
 type outcome struct {
@@ -160,7 +195,8 @@ type outcome struct {
 // machine is the protocol state of one global transaction.
 type machine struct {
 	id       GlobalID
-	maxTries int // phase-2 attempts per branch before it is left to recovery
+	log      LogID // named by the branches' XIDs
+	maxTries int   // phase-2 attempts per branch before it is left to recovery
 	phase    phase
 	branches []branch
 	logged   bool // the decision is durable (in the log, or in the last resource)
@@ -179,6 +215,9 @@ func newMachine(id GlobalID, maxTries int) *machine {
 	}
 	return &machine{id: id, maxTries: maxTries, phase: phaseActive, last: -1}
 }
+
+// xid returns the XID of branch i.
+func (m *machine) xid(i int) XID { return BranchRef{ID: m.id, Index: i, Log: m.log}.XID() }
 
 // enlist adds a branch; only while active.
 func (m *machine) enlist(rm string) (int, error) {
@@ -213,8 +252,23 @@ func (m *machine) step(ev event) []action {
 		return m.onLogged(ev)
 	case evPhase2:
 		return m.onPhase2(ev)
+	case evLookedUp:
+		return m.onLookedUp(ev)
 	}
 	return nil
+}
+
+// errTooLate is the reason of an abort when Begin + Timeout passed before
+// the decision could be taken: the coordinator then writes no decision
+// (and sends no sole commit), since recovery may already be presuming
+// abort.
+var errTooLate = ErrDecisionTooLate
+
+// notDecided reports whether a failed decision (log write, last-resource
+// commit, sole commit) certainly took no effect and the transaction must
+// abort.
+func notDecided(err error) bool {
+	return !OutcomeUnknown(err) && (errors.Is(err, ErrAbortRecorded) || errors.Is(err, ErrDecisionTooLate) || errors.Is(err, errNotAttempted))
 }
 
 // errRolledBackByApp is the reason of an application's own rollback.
@@ -308,8 +362,12 @@ func (m *machine) onVote(ev evVote) []action {
 
 	switch m.phase {
 	case phaseOnePhase:
-		// Only idle branches vote during a one-phase commit.
-		return m.maybeFinishOnePhase()
+		// Only branches believed idle vote during a one-phase commit. One
+		// that voted prepared (or may have) did work after all: a
+		// statement raced the commit. It is no part of the one-phase
+		// commit and nothing decides it: roll it back.
+		acts := m.rollbackIfNeeded(ev.i)
+		return append(acts, m.maybeFinishOnePhase()...)
 	case phaseAborting:
 		// A late vote after the decision to abort: roll it back.
 		return append(m.rollbackIfNeeded(ev.i), m.maybeFinishAbort()...)
@@ -358,6 +416,9 @@ func (m *machine) onVote(ev evVote) []action {
 func (m *machine) onLogged(ev evLogged) []action {
 	if m.phase != phaseLogging {
 		return nil
+	}
+	if ev.err != nil && notDecided(ev.err) {
+		return m.startAbort(&AbortError{ID: m.id, Reason: ev.err})
 	}
 	if ev.err != nil {
 		return m.undecided("log commit decision", ev.err)
@@ -433,6 +494,13 @@ func (m *machine) onPhase2(ev evPhase2) []action {
 	}
 	b := &m.branches[ev.i]
 	switch {
+	case m.phase == phaseOnePhase && b.state == bRollingBack:
+		// A stray prepared vote during a one-phase commit.
+		acts := m.rolledBack(ev.i, ev.err)
+		if b.state == bRollingBack {
+			return acts // retrying
+		}
+		return append(acts, m.maybeFinishOnePhase()...)
 	case m.phase == phaseOnePhase && b.state == bCommitting:
 		b.state = bDone
 		switch {
@@ -478,13 +546,26 @@ func (m *machine) onCommitted(i int, err error) []action {
 	case err == nil:
 		b.state = bDone
 		b.ackedRM = b.viaRM
-	case b.viaRM && errors.Is(err, ErrUnknownXID):
-		// We prepared it and told it to commit; nobody else ends a
-		// young branch of ours: a branch the database no longer lists
-		// was committed by an attempt whose reply was lost.
-		b.state = bDone
+	case m.sole && b.attempts == 1 && errors.Is(err, errTooLate):
+		// The sole commit was not sent: the timeout passed first.
+		b.state = bPrepared
+		return m.startAbort(&AbortError{ID: m.id, Reason: err})
+	case errors.Is(err, ErrUnknownXID):
+		// The database no longer lists the branch. An earlier attempt of
+		// ours, or recovery acting on the decision, may have committed it;
+		// or recovery presumed abort and rolled it back, which it does
+		// only after recording the abort. Ask the log.
+		b.state = bChecking
 		b.ackedRM = true
+		return []action{actLookupAbort{i: i}}
+	case errors.Is(err, ErrRolledBack):
+		// The database rolled back a branch we decided to commit: a
+		// heuristic decision (by the server, or an operator by hand).
+		// Retrying elsewhere would only find it gone.
+		b.state, b.fate = bDone, fateHeuristic
+		return append([]action{actLogHeuristic{i: i, reason: err}}, m.maybeFinishCommit()...)
 	case b.attempts >= m.maxTries:
+		b.lost = b.lost || OutcomeUnknown(err)
 		b.state = bPending
 		acts := []action{}
 		if !b.viaRM {
@@ -492,6 +573,7 @@ func (m *machine) onCommitted(i int, err error) []action {
 		}
 		return append(acts, m.maybeFinishCommit()...)
 	default:
+		b.lost = b.lost || OutcomeUnknown(err)
 		if !Retryable(err) {
 			// The session is gone or unusable: continue elsewhere.
 			b.viaRM = true
@@ -502,7 +584,48 @@ func (m *machine) onCommitted(i int, err error) []action {
 	return m.maybeFinishCommit()
 }
 
+// onLookedUp: the log answered whether an abort is recorded for the
+// transaction, after branch ev.i's commit found the branch gone.
+func (m *machine) onLookedUp(ev evLookedUp) []action {
+	if ev.i < 0 || ev.i >= len(m.branches) || m.branches[ev.i].state != bChecking {
+		return nil
+	}
+	b := &m.branches[ev.i]
+	b.state = bDone
+	switch {
+	case ev.err != nil:
+		b.fate, b.why = fateUnknown, fmt.Errorf("the branch is gone and the decision log could not be asked whether an abort is recorded: %w", ev.err)
+	case ev.aborted && m.sole && !b.lost:
+		// Recovery recorded an abort and rolled the branch back before
+		// any commit of ours could reach it.
+		b.fate = fateAborted
+	case ev.aborted && m.sole:
+		b.fate, b.why = fateUnknown, errors.New("recovery recorded an abort, and an earlier commit attempt whose reply was lost may have committed the branch first")
+	case ev.aborted:
+		// The log refuses an abort record once a commit record exists:
+		// this is a log that is not the one the decision went to.
+		b.fate, b.why = fateUnknown, errors.New("the decision log holds an abort record for a transaction whose commit it logged: is this the right log?")
+	case m.sole && !b.lost:
+		// Nothing of ours can have committed it, and recovery did not
+		// roll it back: someone else ended it (by hand?).
+		b.fate, b.why = fateUnknown, errors.New("the branch vanished before our first commit reached it, and no abort is recorded")
+	default:
+		b.fate = fateCommitted
+	}
+	return m.maybeFinishCommit()
+}
+
 func (m *machine) onRolledBack(i int, err error) []action {
+	acts := m.rolledBack(i, err)
+	if m.branches[i].state == bRollingBack {
+		return acts // retrying
+	}
+	return append(acts, m.maybeFinishAbort()...)
+}
+
+// rolledBack applies the result of a rollback of branch i and returns a
+// retry or a release, if one is needed.
+func (m *machine) rolledBack(i int, err error) []action {
 	b := &m.branches[i]
 	switch {
 	case err == nil:
@@ -511,7 +634,7 @@ func (m *machine) onRolledBack(i int, err error) []action {
 		// Presumed abort: recovery rolls it back later.
 		b.state = bPending
 		if !b.viaRM {
-			return append([]action{actRelease{i: i}}, m.maybeFinishAbort()...)
+			return []action{actRelease{i: i}}
 		}
 	default:
 		if !Retryable(err) {
@@ -520,25 +643,51 @@ func (m *machine) onRolledBack(i int, err error) []action {
 		b.attempts++
 		return []action{actRollback{i: i, viaRM: b.viaRM, attempt: b.attempts}}
 	}
-	return m.maybeFinishAbort()
+	return nil
 }
 
 func (m *machine) maybeFinishCommit() []action {
-	var pending []int
+	var pending, heuristic []int
 	viaRM := false
+	var unknown error
+	unknownAt, abortedAt := -1, -1
 	for i, b := range m.branches {
 		switch b.state {
-		case bCommitting:
+		case bCommitting, bChecking:
 			return nil
 		case bPending:
 			pending = append(pending, i)
 		}
+		switch b.fate {
+		case fateHeuristic:
+			heuristic = append(heuristic, i)
+		case fateUnknown:
+			if unknown == nil {
+				unknown, unknownAt = b.why, i
+			}
+		case fateAborted:
+			abortedAt = i
+		}
 		viaRM = viaRM || b.ackedRM
+	}
+	switch {
+	case abortedAt >= 0:
+		// Only a sole commit gets here: recovery rolled the branch back.
+		return m.finish(outcome{err: &AbortError{ID: m.id, RM: m.branches[abortedAt].rm, Reason: ErrAbortRecorded}})
+	case unknown != nil:
+		err := &Error{Op: "commit", RM: m.branches[unknownAt].rm, XID: m.xid(unknownAt), Kind: ErrOutcomeUnknown, Err: unknown}
+		return m.finish(outcome{logged: m.logged, pending: pending, err: err})
+	case len(heuristic) > 0:
+		he := &HeuristicError{ID: m.id}
+		for _, i := range heuristic {
+			he.RolledBack = append(he.RolledBack, m.branches[i].rm)
+		}
+		return m.finish(outcome{logged: m.logged, pending: pending, err: he})
 	}
 	if m.sole && len(pending) > 0 {
 		// No record was written: recovery would presume abort. The
 		// caller must not be told "committed".
-		err := &Error{Op: "commit", RM: m.branches[pending[0]].rm, XID: m.id.Branch(pending[0]), Kind: ErrOutcomeUnknown,
+		err := &Error{Op: "commit", RM: m.branches[pending[0]].rm, XID: m.xid(pending[0]), Kind: ErrOutcomeUnknown,
 			Err: errors.New("the only prepared branch could not be committed")}
 		return m.finish(outcome{pending: pending, err: err})
 	}
@@ -567,7 +716,7 @@ func (m *machine) maybeFinishAbort() []action {
 
 func (m *machine) maybeFinishOnePhase() []action {
 	for _, b := range m.branches {
-		if b.state == bPreparing || b.state == bCommitting {
+		if b.state == bPreparing || b.state == bCommitting || b.state == bRollingBack {
 			return nil
 		}
 	}
@@ -609,6 +758,10 @@ func formatActions(m *machine, acts []action) string {
 			fmt.Fprintf(&b, "release %s\n", m.branches[a.i].rm)
 		case actForget:
 			b.WriteString("forget\n")
+		case actLookupAbort:
+			fmt.Fprintf(&b, "lookup-abort for %s\n", m.branches[a.i].rm)
+		case actLogHeuristic:
+			fmt.Fprintf(&b, "log-heuristic %s\n", m.branches[a.i].rm)
 		case actFinish:
 			fmt.Fprintf(&b, "finish %s\n", formatOutcome(m, a.res))
 		}
@@ -634,11 +787,14 @@ func via(rm bool) string {
 func formatOutcome(m *machine, o outcome) string {
 	var b strings.Builder
 	var ae *AbortError
+	var he *HeuristicError
 	switch {
 	case o.committed:
 		b.WriteString("committed")
 	case errors.As(o.err, &ae):
 		b.WriteString("aborted")
+	case errors.As(o.err, &he):
+		fmt.Fprintf(&b, "heuristic rolled-back=%s", strings.Join(he.RolledBack, ","))
 	case OutcomeUnknown(o.err):
 		b.WriteString("outcome-unknown")
 	default:

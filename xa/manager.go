@@ -78,9 +78,14 @@ type TxStats struct {
 // concurrent use by many goroutines.
 type Manager struct {
 	cfg    Config
+	ident  LogIdentity
 	log    *slog.Logger
-	async  sync.WaitGroup // asynchronous phase 2s in flight
 	closed atomic.Bool
+
+	mu        sync.Mutex
+	async     int           // asynchronous phase 2s in flight
+	asyncIdle chan struct{} // closed while async == 0
+	delegated sync.Map      // participant name -> true once LogDelegation returned nil
 }
 
 // ErrClosed is returned by Begin after Close.
@@ -94,23 +99,41 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Log == nil {
 		return nil, errors.New("xa: Config.Log is required: commit decisions must be durable")
 	}
+	ident := cfg.Log.Identity()
+	if err := ident.Validate(); err != nil {
+		return nil, fmt.Errorf("xa: the decision log has no valid identity: %w", err)
+	}
+	if ident.Node != cfg.Node {
+		return nil, fmt.Errorf("xa: the decision log belongs to node %q, not %q: give each node its own log", ident.Node, cfg.Node)
+	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 30 * time.Second
+		cfg.Timeout = ident.Timeout
+	}
+	if cfg.Timeout > ident.Timeout {
+		return nil, fmt.Errorf("xa: Config.Timeout %v exceeds the timeout %v the decision log %s was created for: "+
+			"recovery would presume abort too early; create a log with a longer timeout or lower Config.Timeout", cfg.Timeout, ident.Timeout, ident.ID)
 	}
 	if cfg.Phase2Attempts <= 0 {
-		cfg.Phase2Attempts = 8
+		cfg.Phase2Attempts = DefaultPhase2Attempts
 	}
 	if cfg.Phase2Timeout <= 0 {
-		cfg.Phase2Timeout = 10 * time.Second
+		cfg.Phase2Timeout = DefaultPhase2Timeout
 	}
 	if cfg.RetryBackoff <= 0 {
-		cfg.RetryBackoff = 20 * time.Millisecond
+		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if need := cfg.Timeout + Phase2Budget(cfg.Phase2Attempts, cfg.Phase2Timeout, cfg.RetryBackoff); ident.Grace < need {
+		return nil, fmt.Errorf("xa: the decision log's grace period %v is shorter than the timeout plus the phase-2 retry budget (%v): "+
+			"recovery would presume abort of branches this manager may still commit; create a log with a grace of at least %v, "+
+			"or lower Config.Timeout, Phase2Attempts or Phase2Timeout", ident.Grace, need, need)
 	}
 	l := cfg.Logger
 	if l == nil {
 		l = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Manager{cfg: cfg, log: l.With("node", cfg.Node)}, nil
+	m := &Manager{cfg: cfg, ident: ident, log: l.With("node", cfg.Node), asyncIdle: make(chan struct{})}
+	close(m.asyncIdle)
+	return m, nil
 }
 
 // Close refuses new transactions and waits until every asynchronous phase
@@ -121,17 +144,36 @@ func (m *Manager) Close(ctx context.Context) error {
 	return m.Wait(ctx)
 }
 
-// Wait waits until every asynchronous phase 2 begun so far has ended, or
-// ctx ends.
+// Wait waits until no asynchronous phase 2 is running, or ctx ends.
 func (m *Manager) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { m.async.Wait(); close(done) }()
+	m.mu.Lock()
+	idle := m.asyncIdle
+	m.mu.Unlock()
 	select {
-	case <-done:
+	case <-idle:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("xa: asynchronous phase 2 still running: %w", ctx.Err())
 	}
+}
+
+// asyncStarted and asyncEnded count asynchronous phase 2s.
+func (m *Manager) asyncStarted() {
+	m.mu.Lock()
+	if m.async == 0 {
+		m.asyncIdle = make(chan struct{})
+	}
+	m.async++
+	m.mu.Unlock()
+}
+
+func (m *Manager) asyncEnded() {
+	m.mu.Lock()
+	m.async--
+	if m.async == 0 {
+		close(m.asyncIdle)
+	}
+	m.mu.Unlock()
 }
 
 // Node returns the manager's node id.
@@ -141,20 +183,44 @@ func (m *Manager) Node() string { return m.cfg.Node }
 func (m *Manager) Timeout() time.Duration { return m.cfg.Timeout }
 
 // GracePeriod is how old a prepared branch of this manager must be before
-// recovery may presume it aborted: no commit decision can be taken for a
-// transaction older than Timeout, and the margin covers a decision-log
-// write still in flight and clock skew between nodes.
-func (m *Manager) GracePeriod() time.Duration { return GracePeriod(m.cfg.Timeout) }
+// recovery may presume it aborted: the grace of the manager's decision log.
+func (m *Manager) GracePeriod() time.Duration { return m.ident.Grace }
 
-// GracePeriod returns the presumed-abort grace period for a global
-// transaction timeout: the timeout plus a margin of a minute (or the
-// timeout again, if longer).
+// LogID returns the id of the manager's decision log, which every branch
+// XID of its transactions carries.
+func (m *Manager) LogID() LogID { return m.ident.ID }
+
+// Defaults of Config.
+const (
+	DefaultTimeout        = 30 * time.Second
+	DefaultPhase2Attempts = 8
+	DefaultPhase2Timeout  = 10 * time.Second
+	DefaultRetryBackoff   = 20 * time.Millisecond
+	maxBackoff            = 2 * time.Second
+)
+
+// Phase2Budget is the longest a coordinator keeps working on one branch in
+// phase 2 before it leaves it to recovery: every attempt with its backoff.
+func Phase2Budget(attempts int, timeout, backoff time.Duration) time.Duration {
+	total := time.Duration(0)
+	for n := 1; n <= attempts; n++ {
+		total += timeout + backoffFor(backoff, n)
+	}
+	return total
+}
+
+// GracePeriod returns the default presumed-abort grace period for a global
+// transaction timeout: the timeout, the phase-2 retry budget of the default
+// settings, and a margin of a minute (or the timeout again, if longer) for
+// pauses and clock skew. The fence between commit and presumed abort keeps
+// recovery safe with any grace (docs/protocol.md); the grace keeps it from
+// aborting transactions that would have committed.
 func GracePeriod(timeout time.Duration) time.Duration {
 	margin := time.Minute
 	if timeout > margin {
 		margin = timeout
 	}
-	return timeout + margin
+	return timeout + Phase2Budget(DefaultPhase2Attempts, DefaultPhase2Timeout, DefaultRetryBackoff) + margin
 }
 
 // Begin starts a global transaction. As with database/sql's BeginTx, ctx
@@ -179,8 +245,11 @@ func (m *Manager) Begin(ctx context.Context) (*Tx, error) {
 // error or panics, the transaction is rolled back (and the panic goes on).
 // fn must do all its work through tx, with the ctx it is given.
 //
-// The error is nil exactly when the transaction committed; Result.Pending
-// then lists branches that recovery will finish. An error matching
+// The error is nil exactly when the transaction committed and fn
+// succeeded; Result.Pending then lists branches that recovery will finish.
+// If fn calls tx.Commit itself and then fails, Run reports what that Commit
+// did: with Result.Committed set and an error carrying fn's failure (not
+// matching ErrAborted) when it committed. An error matching
 // ErrAborted means nothing committed (when fn failed, the *AbortError
 // wraps fn's error, so errors.Is and errors.As see it, and ErrTimeout when
 // the timeout was the cause); ErrOutcomeUnknown means recovery will decide
@@ -197,6 +266,18 @@ func (m *Manager) Run(ctx context.Context, fn func(ctx context.Context, tx *Tx) 
 		}
 	}()
 	if err := fn(tx.Context(), tx); err != nil {
+		if tx.commitCalled.Load() {
+			// fn committed (or tried to) itself, then failed: the
+			// transaction's fate is what its Commit said, not an abort.
+			res, txErr := tx.result()
+			if res.Committed {
+				return res, fmt.Errorf("xa: transaction %s is committed (fn committed it), but fn then failed: %w", tx.id, err)
+			}
+			if txErr == nil || errors.Is(txErr, ErrTxDone) {
+				txErr = ErrTxDone
+			}
+			return res, errors.Join(txErr, fmt.Errorf("fn, after calling Commit: %w", err))
+		}
 		reason := err
 		if rerr := tx.Rollback(context.WithoutCancel(ctx)); rerr != nil && !errors.Is(rerr, ErrTxDone) {
 			reason = errors.Join(reason, fmt.Errorf("rollback: %w", rerr))
@@ -215,13 +296,18 @@ func (m *Manager) Run(ctx context.Context, fn func(ctx context.Context, tx *Tx) 
 }
 
 // backoff returns the wait before phase-2 attempt n (n >= 1).
-func (m *Manager) backoff(n int) time.Duration {
+func (m *Manager) backoff(n int) time.Duration { return backoffFor(m.cfg.RetryBackoff, n) }
+
+func backoffFor(base time.Duration, n int) time.Duration {
 	if n <= 1 {
 		return 0
 	}
-	d := m.cfg.RetryBackoff << (n - 2)
-	if d > 2*time.Second || d <= 0 {
-		d = 2 * time.Second
+	if n-2 >= 32 {
+		return maxBackoff
+	}
+	d := base << (n - 2)
+	if d > maxBackoff || d <= 0 {
+		d = maxBackoff
 	}
 	return d
 }

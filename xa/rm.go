@@ -170,15 +170,24 @@ type PreparedBranch struct {
 	// Prepared is when the database says the branch was prepared; zero if
 	// it does not say (MySQL).
 	Prepared time.Time
+	// ServerAge is how long ago the branch was prepared by the database's
+	// own clock (PostgreSQL: now() - prepared, read in the same query);
+	// zero if the database does not say. Recovery measures age with it, so
+	// that no two clocks are compared.
+	ServerAge time.Duration
 	// Owner and Database are the PostgreSQL role and database, if known.
 	Owner    string
 	Database string
 }
 
 // Age returns how long the branch has been in doubt, as well as can be
-// told: from the database's prepare time, else from the begin time encoded
-// in one of our own XIDs; ok is false when neither is known.
+// told: by the database's own clock (ServerAge), else from the database's
+// prepare time, else from the begin time encoded in one of our own XIDs;
+// ok is false when none is known.
 func (p PreparedBranch) Age(now time.Time) (age time.Duration, ok bool) {
+	if p.ServerAge > 0 {
+		return p.ServerAge, true
+	}
 	if !p.Prepared.IsZero() {
 		return now.Sub(p.Prepared), true
 	}

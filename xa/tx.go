@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,12 +32,15 @@ type Result struct {
 
 // Tx is one global transaction. Its methods are safe for concurrent use.
 type Tx struct {
-	mgr     *Manager
-	id      GlobalID
-	begun   time.Time
-	ctx     context.Context // bounds the work: ends at the timeout, on rollback or when finished
-	cancel  context.CancelCauseFunc
-	stopExp func() bool // stops the expiry callback
+	mgr      *Manager
+	id       GlobalID
+	begun    time.Time
+	deadline time.Time       // begun + Timeout: no decision is taken after it
+	ctx      context.Context // bounds the work: ends at the timeout, on rollback or when finished
+	cancel   context.CancelCauseFunc
+	stopExp  func() bool // stops the expiry callback
+
+	commitCalled atomic.Bool // Commit was called (Run must not report an abort then)
 
 	mu       sync.Mutex
 	m        *machine
@@ -65,11 +69,12 @@ func newTx(parent context.Context, m *Manager, id GlobalID, now time.Time) *Tx {
 	ctx, cancel := context.WithCancelCause(parent)
 	tctx, tcancel := context.WithDeadlineCause(ctx, now.Add(m.cfg.Timeout), ErrTimeout)
 	tx := &Tx{
-		mgr: m, id: id, begun: now,
+		mgr: m, id: id, begun: now, deadline: now.Add(m.cfg.Timeout),
 		ctx:    tctx,
 		m:      newMachine(id, m.cfg.Phase2Attempts),
 		byName: map[string]int{},
 	}
+	tx.m.log = m.ident.ID
 	tx.cancel = func(cause error) { cancel(cause); tcancel() }
 	tx.stopExp = context.AfterFunc(tctx, tx.expire)
 	return tx
@@ -77,6 +82,9 @@ func newTx(parent context.Context, m *Manager, id GlobalID, now time.Time) *Tx {
 
 // ID returns the transaction's global id.
 func (tx *Tx) ID() GlobalID { return tx.id }
+
+// xid returns the XID of branch i: it names the manager's decision log.
+func (tx *Tx) xid(i int) XID { return BranchRef{ID: tx.id, Index: i, Log: tx.mgr.ident.ID}.XID() }
 
 // Context returns the transaction's context: it ends when the transaction
 // times out, rolls back or finishes. Statements on branch sessions are
@@ -111,7 +119,7 @@ func (tx *Tx) Enlist(ctx context.Context, rm ResourceManager) (any, error) {
 		return nil, &AbortError{ID: tx.id, Reason: context.Cause(tx.ctx)}
 	}
 	i := len(tx.branches)
-	b, err := rm.Start(tx.ctx, tx.id.Branch(i))
+	b, err := rm.Start(tx.ctx, tx.xid(i))
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +148,7 @@ func (tx *Tx) Enlist(ctx context.Context, rm ResourceManager) (any, error) {
 // commit decision is taken, phase 2 ignores ctx (it runs with its own
 // deadline per attempt).
 func (tx *Tx) Commit(ctx context.Context) (Result, error) {
+	tx.commitCalled.Store(true)
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
 	if tx.finished {
@@ -283,6 +292,8 @@ func (d *driver) start(acts []action) {
 			if err := tx.mgr.cfg.Log.Forget(context.WithoutCancel(d.ctx), tx.id); err != nil {
 				tx.mgr.log.Warn("forgetting decision record; recovery will", "tx", tx.id, "err", err)
 			}
+		case actLogHeuristic:
+			tx.logHeuristic(d.ctx, a)
 		case actCommit:
 			d.inflight++
 			d.t.started(a)
@@ -305,7 +316,9 @@ func (tx *Tx) perform(ctx context.Context, a action, events chan<- event) {
 		pctx, cancel := mergeCtx(tx.ctx, ctx)
 		v, err := tx.branches[a.i].Prepare(pctx)
 		cancel()
-		if err == nil && v == VotePrepared {
+		// A lost reply may have left the branch prepared: its origin says
+		// which session recovery must wait for before rolling it back.
+		if err == nil && v == VotePrepared || OutcomeUnknown(err) {
 			if o, ok := tx.branches[a.i].(OriginReporter); ok {
 				tx.origins[a.i] = o.Origin()
 			}
@@ -317,21 +330,31 @@ func (tx *Tx) perform(ctx context.Context, a action, events chan<- event) {
 		cancel()
 		events <- evPhase2{i: a.i, err: err}
 	case actLog:
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Phase2Timeout)
+		// No decision once Begin + Timeout has passed: recovery may be
+		// presuming abort by now. The write is bounded by the time left
+		// (the log's fence settles a write that outlives it).
+		if !time.Now().Before(tx.deadline) {
+			events <- evLogged{err: errTooLate}
+			return
+		}
+		lctx, cancel := tx.decisionCtx(ctx)
 		err := tx.logCommit(lctx, a.branches)
 		cancel()
 		events <- evLogged{err: err}
 	case actCommitLast:
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Phase2Timeout)
-		err := tx.commitLast(lctx, a.i, a.branches)
-		cancel()
+		err := tx.commitLast(ctx, a.i, a.branches)
 		events <- evPhase2{i: a.i, err: err}
+	case actLookupAbort:
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Phase2Timeout)
+		_, aborted, err := cfg.Log.LookupAbort(lctx, tx.id)
+		cancel()
+		events <- evLookedUp{i: a.i, aborted: aborted, err: err}
 	case actRollback:
 		time.Sleep(tx.mgr.backoff(a.attempt))
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Phase2Timeout)
 		var err error
 		if a.viaRM {
-			err = tx.rms[a.i].Rollback(pctx, tx.id.Branch(a.i), tx.origins[a.i])
+			err = tx.rms[a.i].Rollback(pctx, tx.xid(a.i), tx.origins[a.i])
 		} else {
 			err = tx.branches[a.i].Rollback(pctx)
 		}
@@ -345,6 +368,11 @@ func (tx *Tx) perform(ctx context.Context, a action, events chan<- event) {
 // performCommit tells a branch to commit; d proves that the decision is
 // durable (or needs no record).
 func (tx *Tx) performCommit(ctx context.Context, a actCommit, d decision, events chan<- event) {
+	if !d.logged && a.attempt == 1 && !time.Now().Before(tx.deadline) {
+		// A sole commit is the decision: not after Begin + Timeout.
+		events <- evPhase2{i: a.i, err: errTooLate}
+		return
+	}
 	time.Sleep(tx.mgr.backoff(a.attempt))
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tx.mgr.cfg.Phase2Timeout)
 	err := tx.commitBranch(pctx, d, a.i, a.viaRM)
@@ -356,7 +384,7 @@ func (tx *Tx) performCommit(ctx context.Context, a actCommit, d decision, events
 func (tx *Tx) record(prepared []int) CommitRecord {
 	rec := CommitRecord{ID: tx.id, Logged: time.Now()}
 	for _, i := range prepared {
-		rec.Branches = append(rec.Branches, BranchRecord{RM: tx.rms[i].Name(), XID: tx.id.Branch(i), Origin: tx.origins[i]})
+		rec.Branches = append(rec.Branches, BranchRecord{RM: tx.rms[i].Name(), XID: tx.xid(i), Origin: tx.origins[i]})
 	}
 	return rec
 }
@@ -373,12 +401,56 @@ func (tx *Tx) logCommit(ctx context.Context, prepared []int) error {
 
 // commitLast commits the last resource i together with the decision and,
 // only if that succeeded, records the proof that lets branches commit.
+//
+// Before the first last-resource commit through a participant, the log
+// records the delegation, so that recovery never presumes abort without
+// that participant's decisions. When the decision cannot be attempted (the
+// delegation failed, or Begin + Timeout passed), the last resource's branch
+// is rolled back and the error says the transaction aborts.
 func (tx *Tx) commitLast(ctx context.Context, i int, prepared []int) error {
-	if err := tx.branches[i].(LastResource).CommitLast(ctx, tx.record(prepared)); err != nil {
+	lr := tx.branches[i].(LastResource)
+	name := tx.rms[i].Name()
+	refuse := func(reason error) error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tx.mgr.cfg.Phase2Timeout)
+		defer cancel()
+		if err := tx.branches[i].Rollback(rctx); err != nil {
+			tx.mgr.log.Warn("rolling back the last resource; its session is closed", "tx", tx.id, "rm", name, "err", err)
+			tx.branches[i].Close() //nolint:errcheck // a closed session rolls back a branch that is not prepared
+		}
+		return &Error{Op: "commit last", RM: name, XID: tx.xid(i), Err: reason}
+	}
+	if _, ok := tx.mgr.delegated.Load(name); !ok {
+		dctx, cancel := tx.decisionCtx(ctx)
+		err := tx.mgr.cfg.Log.LogDelegation(dctx, name)
+		cancel()
+		if err != nil {
+			return refuse(fmt.Errorf("%w: recording in the decision log that %s holds decisions failed: %w", errNotAttempted, name, err))
+		}
+		tx.mgr.delegated.Store(name, true)
+	}
+	if !time.Now().Before(tx.deadline) {
+		return refuse(errTooLate)
+	}
+	lctx, cancel := tx.decisionCtx(ctx)
+	defer cancel()
+	if err := lr.CommitLast(lctx, tx.record(prepared)); err != nil {
 		return err
 	}
 	tx.durable = &decision{id: tx.id, logged: true}
 	return nil
+}
+
+// errNotAttempted: the decision was not attempted; the transaction aborts.
+var errNotAttempted = errors.New("xa: commit decision not attempted")
+
+// decisionCtx bounds a decision's write: by the time left before Begin +
+// Timeout, and by Phase2Timeout.
+func (tx *Tx) decisionCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := time.Now().Add(tx.mgr.cfg.Phase2Timeout)
+	if tx.deadline.Before(d) {
+		d = tx.deadline
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), d)
 }
 
 // decided returns the proof that branches may commit. It panics if there
@@ -400,9 +472,24 @@ func (tx *Tx) commitBranch(ctx context.Context, d decision, i int, viaRM bool) e
 		panic("xa: decision of another transaction")
 	}
 	if viaRM {
-		return tx.rms[i].Commit(ctx, tx.id.Branch(i), tx.origins[i])
+		return tx.rms[i].Commit(ctx, tx.xid(i), tx.origins[i])
 	}
 	return tx.branches[i].Commit(ctx)
+}
+
+// logHeuristic records that a database rolled back branch a.i although the
+// decision was commit. It runs on the driver's goroutine: the path is rare,
+// and the record must be durable before the caller learns the outcome.
+func (tx *Tx) logHeuristic(ctx context.Context, a actLogHeuristic) {
+	name := tx.rms[a.i].Name()
+	tx.mgr.log.Error("heuristic outcome: the database rolled back a branch whose commit was decided", "tx", tx.id, "rm", name, "err", a.reason)
+	h := HeuristicRecord{RM: name, XID: tx.xid(a.i), Action: OutcomeRollback, Forced: true, Time: time.Now(),
+		Reason: "the database rolled the branch back in phase 2 although the decision was commit: " + a.reason.Error()}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tx.mgr.cfg.Phase2Timeout)
+	defer cancel()
+	if err := tx.mgr.cfg.Log.LogHeuristic(hctx, h); err != nil {
+		tx.mgr.log.Error("recording a heuristic outcome in the decision log failed", "tx", tx.id, "rm", name, "err", err)
+	}
 }
 
 // handOff tells the caller that the transaction committed, once its
@@ -414,7 +501,7 @@ func (tx *Tx) handOff() {
 	tx.phase2 = make(chan struct{})
 	tx.res = Result{ID: tx.id, Committed: true, Logged: true, Phase2: tx.phase2}
 	tx.err = nil
-	tx.mgr.async.Add(1)
+	tx.mgr.asyncStarted()
 }
 
 // finish records the outcome. After a hand-off it runs on phase 2's own
@@ -423,7 +510,7 @@ func (tx *Tx) finish(o outcome, t *tracker) {
 	if tx.phase2 != nil {
 		tx.mu.Lock()
 		defer tx.mu.Unlock()
-		defer tx.mgr.async.Done()
+		defer tx.mgr.asyncEnded()
 		defer close(tx.phase2)
 	}
 	tx.finished = true
@@ -445,6 +532,9 @@ func (tx *Tx) finish(o outcome, t *tracker) {
 	case OutcomeUnknown(o.err):
 		st.Outcome = "unknown"
 		lvl = slog.LevelWarn
+	case errors.Is(o.err, ErrHeuristic):
+		st.Outcome = "heuristic"
+		lvl = slog.LevelError
 	default:
 		st.Outcome = "aborted"
 	}
