@@ -1,13 +1,24 @@
-// Package recovery resolves in-doubt branches and stores commit decisions.
+// Package recovery resolves in-doubt branches.
 //
 // The Scanner lists the prepared branches on every participant, keeps the
 // ones this transaction manager owns (by XID), and drives each to the
-// decision in the log: a logged COMMIT is committed; a branch with no
-// record is rolled back (presumed abort) once it is older than the grace
-// period, so that a live coordinator's in-flight transaction is never
-// rolled back under it. It never touches another application's branches.
-// It is idempotent and safe to run while transaction managers run and
-// while other scanners run.
+// decision in the log: a logged COMMIT (or one stored by a last resource)
+// is committed; a branch with no record is rolled back (presumed abort)
+// only when all of these hold (docs/protocol.md):
+//
+//   - its XID names this scanner's decision log, and it began after the
+//     log was created (branches of another log, or of none, are reported
+//     and left alone: their decision is elsewhere);
+//   - it is older than the log's grace period, by one clock (the
+//     database's where it says: PostgreSQL);
+//   - every participant the log delegated decisions to answered;
+//   - the fence is taken: an abort marker in every delegated decision table,
+//     then an abort record in the log, both refused if a commit got there
+//     first. A coordinator that lost the race aborts; one that won has its
+//     branches committed. The outcome never depends on clocks.
+//
+// It never touches another application's branches. It is idempotent and
+// safe to run while transaction managers run and while other scanners run.
 //
 // The decision logs are in sub-packages: filelog (embedded, the default)
 // and pebblelog (for comparison).
@@ -20,7 +31,8 @@
 //     2, or by a coordinator that died, is resolved there. Start does both.
 //  3. Configure every participant the transaction manager used, under the
 //     same names: a record naming an unknown participant is kept and
-//     reported, never forgotten.
+//     reported, never forgotten, and without a delegated decision store
+//     nothing is presumed aborted.
 package recovery
 
 import (
@@ -35,16 +47,6 @@ import (
 
 	"github.com/xadb/xa/xa"
 )
-
-// Log is what the scanner needs from a decision log.
-type Log interface {
-	// Commits returns every commit record not yet forgotten.
-	Commits(ctx context.Context) ([]xa.CommitRecord, error)
-	// Lookup returns the record of id, if any.
-	Lookup(ctx context.Context, id xa.GlobalID) (xa.CommitRecord, bool, error)
-	// Forget drops the record of id.
-	Forget(ctx context.Context, id xa.GlobalID) error
-}
 
 // DecisionStore is implemented by participants that keep commit decisions
 // in their own database: a branch there took the decision as the last
@@ -98,13 +100,16 @@ type GhostCounter interface {
 type Config struct {
 	// Participants are the databases to scan, by their stable names.
 	Participants []xa.ResourceManager
-	// Log holds the commit decisions.
-	Log Log
+	// Log holds the commit decisions, and takes the abort records of
+	// presumed aborts. A read-only log (filelog.Snapshot) serves Plan.
+	Log xa.RecoveryLog
 	// Nodes are the transaction-manager nodes whose branches this scanner
-	// resolves. Branches of other nodes are reported, never touched.
+	// resolves; default: the log's node. Branches of other nodes are
+	// reported, never touched.
 	Nodes []string
-	// Grace: a branch with no commit record is rolled back only once it
-	// is older than this (see xa.GracePeriod). Required.
+	// Grace: a branch with no decision is presumed aborted only once it is
+	// older than this. The log's grace (LogIdentity.Grace) is the default
+	// and the minimum: a shorter value is ignored.
 	Grace time.Duration
 	// Logger receives a line per action; nil discards.
 	Logger *slog.Logger
@@ -116,6 +121,7 @@ type Config struct {
 type Scanner struct {
 	cfg   Config
 	log   *slog.Logger
+	ident xa.LogIdentity
 	nodes map[string]bool
 }
 
@@ -124,11 +130,15 @@ func New(cfg Config) (*Scanner, error) {
 	if cfg.Log == nil {
 		return nil, errors.New("recovery: Config.Log is required")
 	}
-	if len(cfg.Nodes) == 0 {
-		return nil, errors.New("recovery: Config.Nodes is empty: whose branches would it resolve?")
+	ident := cfg.Log.Identity()
+	if err := ident.Validate(); err != nil {
+		return nil, fmt.Errorf("recovery: the decision log has no valid identity: %w", err)
 	}
-	if cfg.Grace <= 0 {
-		return nil, errors.New("recovery: Config.Grace must be positive (see xa.GracePeriod)")
+	if len(cfg.Nodes) == 0 {
+		cfg.Nodes = []string{ident.Node}
+	}
+	if cfg.Grace < ident.Grace {
+		cfg.Grace = ident.Grace
 	}
 	names := map[string]bool{}
 	for _, p := range cfg.Participants {
@@ -137,7 +147,7 @@ func New(cfg Config) (*Scanner, error) {
 		}
 		names[p.Name()] = true
 	}
-	s := &Scanner{cfg: cfg, nodes: map[string]bool{}}
+	s := &Scanner{cfg: cfg, ident: ident, nodes: map[string]bool{}}
 	for _, n := range cfg.Nodes {
 		if err := xa.ValidateNode(n); err != nil {
 			return nil, err
@@ -154,16 +164,23 @@ func New(cfg Config) (*Scanner, error) {
 	return s, nil
 }
 
+// Grace returns the grace period the scanner applies.
+func (s *Scanner) Grace() time.Duration { return s.cfg.Grace }
+
+// Identity returns the identity of the scanner's decision log.
+func (s *Scanner) Identity() xa.LogIdentity { return s.ident }
+
 // Verdict is what recovery does (or would do) with a branch.
 type Verdict int
 
 const (
-	// Commit: a commit record exists; the branch is committed.
+	// Commit: a commit decision exists; the branch is committed.
 	Commit Verdict = 1 + iota
-	// Rollback: no record and older than the grace period: presumed abort.
+	// Rollback: presumed abort (or an abort is recorded): the branch is
+	// rolled back.
 	Rollback
-	// Wait: no record yet, younger than the grace period: its coordinator
-	// may still be deciding.
+	// Wait: no decision yet, younger than the grace period: its
+	// coordinator may still be deciding.
 	Wait
 	// Foreign: not ours (another application or transaction manager).
 	Foreign
@@ -172,9 +189,20 @@ const (
 	// Anomaly: a record exists but does not list this branch: reported,
 	// not touched.
 	Anomaly
+	// OtherLog: ours, with no decision here, and its XID names another
+	// decision log (or none): its decision may be there. Left alone.
+	OtherLog
+	// Predates: ours, no decision, but it began before this log was
+	// created: its decision may be in a log that no longer exists here.
+	// Left alone.
+	Predates
+	// Blocked: presumed abort is due, but a participant this log delegated
+	// decisions to is not configured or did not answer: the decision may
+	// be there. Left alone until it answers.
+	Blocked
 )
 
-var verdictNames = [...]string{"", "commit", "rollback", "wait", "foreign", "other-node", "anomaly"}
+var verdictNames = [...]string{"", "commit", "rollback", "wait", "foreign", "other-node", "anomaly", "other-log", "predates-log", "blocked"}
 
 func (v Verdict) String() string {
 	if v <= 0 || int(v) >= len(verdictNames) {
@@ -188,10 +216,15 @@ type Branch struct {
 	Participant string
 	Prepared    xa.PreparedBranch
 	ID          xa.GlobalID // zero for foreign branches
+	Log         xa.LogID    // the decision log the XID names; zero if none
 	Age         time.Duration
 	AgeKnown    bool
-	Logged      bool // a commit record exists
+	Logged      bool // a commit decision exists
+	AbortLogged bool // an abort record exists
 	Verdict     Verdict
+	// Reason says why a branch is left alone (Wait, OtherLog, Predates,
+	// Blocked, Anomaly), for operators.
+	Reason string
 	// Done: the action was carried out (false in a dry run, for Wait,
 	// Foreign, OtherNode and Anomaly, and when Err is set).
 	Done bool
@@ -209,6 +242,12 @@ type Report struct {
 	// Kept records that could have been forgotten but for a reason
 	// (ghost prepared transactions, a participant that did not answer).
 	Kept []KeptRecord
+	// Aborted: transactions whose abort this scan recorded (presumed
+	// abort), before rolling their branches back.
+	Aborted []xa.GlobalID
+	// ForgottenAborts: abort records dropped (no branch left, retention
+	// passed).
+	ForgottenAborts []xa.GlobalID
 	// Errors that stopped part of the scan (a participant that could not
 	// be listed, a log that could not be read).
 	Errors []error
@@ -227,7 +266,9 @@ type KeptRecord struct {
 }
 
 // InDoubt counts the branches of ours left unresolved after the scan
-// (waiting, failed or anomalous).
+// (waiting, failed, blocked or anomalous). Branches of other logs and
+// older than the log count too: they are in doubt, only not for this
+// scanner to resolve.
 func (r Report) InDoubt() int {
 	n := 0
 	for _, b := range r.Branches {
@@ -236,7 +277,7 @@ func (r Report) InDoubt() int {
 			if !b.Done {
 				n++
 			}
-		case Wait, Anomaly:
+		case Wait, Anomaly, OtherLog, Predates, Blocked:
 			n++
 		}
 	}
@@ -252,8 +293,52 @@ func (s *Scanner) Plan(ctx context.Context) (Report, error) { return s.scan(ctx,
 // each Branch.Err.
 func (s *Scanner) Scan(ctx context.Context) (Report, error) { return s.scan(ctx, false) }
 
+// hasDecisionTable is implemented by participants that implement
+// DecisionStore but may have it turned off (a PostgreSQL participant
+// without a decision table).
+type hasDecisionTable interface{ HasDecisionTable() bool }
+
+// store returns rm as a decision store, if it is one.
+func store(rm xa.ResourceManager) (DecisionStore, bool) {
+	ds, ok := rm.(DecisionStore)
+	if !ok {
+		return nil, false
+	}
+	if h, ok := rm.(hasDecisionTable); ok && !h.HasDecisionTable() {
+		return nil, false
+	}
+	return ds, true
+}
+
+// server is one listing: a participant, or several on one server
+// (SharedServer) whose listings are the same.
+type server struct {
+	members []xa.ResourceManager
+	key     string // "" when not shared
+}
+
+func (sv *server) has(name string) bool {
+	return slices.ContainsFunc(sv.members, func(rm xa.ResourceManager) bool { return rm.Name() == name })
+}
+
+// scanState is what one scan has learned.
+type scanState struct {
+	dry      bool
+	records  map[string]xa.CommitRecord // by global id text: the log's and the stores'
+	aborts   map[string]xa.AbortRecord
+	inStore  map[string]DecisionStore // global id text -> the store holding its decision
+	stores   map[string]DecisionStore // configured decision stores, by participant name
+	blocked  string                   // why nothing may be presumed aborted, "" if it may
+	serverOf map[string]*server       // participant name -> its listing
+	fenced   map[string]error         // global id text -> outcome of taking the fence this scan
+	aborted  []xa.GlobalID            // abort records this scan wrote
+}
+
 func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	var rep Report
+	st := &scanState{dry: dry, records: map[string]xa.CommitRecord{}, aborts: map[string]xa.AbortRecord{},
+		inStore: map[string]DecisionStore{}, stores: map[string]DecisionStore{}, serverOf: map[string]*server{},
+		fenced: map[string]error{}}
 	// Read the decisions BEFORE listing the branches: every branch of a
 	// record read here was prepared before the record was written, so a
 	// listing taken afterwards that lacks it means it is finished.
@@ -261,70 +346,148 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	if err != nil {
 		return rep, fmt.Errorf("recovery: reading the decision log: %w", err)
 	}
-	// Decisions taken by last resources live in their databases; a store
-	// that cannot be read may hold the decision of any branch without a
-	// record, so nothing is presumed aborted in this scan then.
-	stores := map[string]DecisionStore{} // gtrid -> where the record lives; absent: the log
-	incomplete := false
+	aborts, err := s.cfg.Log.Aborts(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("recovery: reading the decision log's abort records: %w", err)
+	}
+	for _, a := range aborts {
+		st.aborts[a.ID.String()] = a
+	}
+	delegations, err := s.cfg.Log.Delegations(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("recovery: reading the decision log's delegations: %w", err)
+	}
+	// Decisions taken by last resources live in their databases. A
+	// store this log delegated to that cannot be read may hold the
+	// decision of any branch without a record: nothing is presumed
+	// aborted in this scan then.
+	unread := map[string]bool{}
 	for _, rm := range s.cfg.Participants {
-		ds, ok := rm.(DecisionStore)
+		ds, ok := store(rm)
 		if !ok {
 			continue
 		}
+		st.stores[rm.Name()] = ds
 		decs, err := ds.Decisions(ctx)
 		if err != nil {
-			rep.Errors = append(rep.Errors, fmt.Errorf("recovery: reading the decisions stored in %s (nothing is presumed aborted until it answers): %w", rm.Name(), err))
-			incomplete = true
+			rep.Errors = append(rep.Errors, fmt.Errorf("recovery: reading the decisions stored in %s: %w", rm.Name(), err))
+			unread[rm.Name()] = true
 			continue
 		}
 		for _, r := range decs {
-			stores[r.ID.String()] = ds
+			st.inStore[r.ID.String()] = ds
 			recs = append(recs, r)
 		}
 	}
-	records := make(map[string]xa.CommitRecord, len(recs))
-	for _, r := range recs {
-		records[r.ID.String()] = r
+	var why []string
+	for _, d := range delegations {
+		switch {
+		case st.stores[d.Participant] == nil:
+			why = append(why, fmt.Sprintf("the log delegated decisions to participant %q, which is not configured with its decision table", d.Participant))
+		case unread[d.Participant]:
+			why = append(why, fmt.Sprintf("the decisions stored in participant %q could not be read", d.Participant))
+		}
 	}
-	type key struct{ rm, xid string }
-	listed := map[key]bool{}
-	answered := map[string]bool{}
-	ghosts := map[string]int{}
-	now := s.cfg.Now()
+	st.blocked = strings.Join(why, "; ")
+	for _, r := range recs {
+		st.records[r.ID.String()] = r
+	}
 
+	// One listing per server: participants on one MySQL server list the
+	// same branches.
+	var servers []*server
+	byKey := map[string]*server{}
 	for _, rm := range s.cfg.Participants {
-		prepared, err := rm.Recover(ctx)
-		if err != nil {
-			rep.Errors = append(rep.Errors, fmt.Errorf("recovery: listing %s: %w", rm.Name(), err))
+		key := ""
+		if sh, ok := rm.(SharedServer); ok {
+			k, err := sh.ServerKey(ctx)
+			if err != nil {
+				rep.Errors = append(rep.Errors, fmt.Errorf("recovery: identifying the server of %s (listed on its own): %w", rm.Name(), err))
+			} else {
+				key = k
+			}
+		}
+		if sv := byKey[key]; key != "" && sv != nil {
+			sv.members = append(sv.members, rm)
+			st.serverOf[rm.Name()] = sv
 			continue
 		}
-		answered[rm.Name()] = true
-		rep.Participants = append(rep.Participants, rm.Name())
-		if gc, ok := rm.(GhostCounter); ok {
+		sv := &server{members: []xa.ResourceManager{rm}, key: key}
+		if key != "" {
+			byKey[key] = sv
+		}
+		servers = append(servers, sv)
+		st.serverOf[rm.Name()] = sv
+	}
+
+	type key struct {
+		server *server
+		xid    string
+	}
+	listed := map[key]bool{}
+	listedIDs := map[string]bool{}
+	answered := map[*server]bool{}
+	ghosts := map[*server]int{}
+	now := s.cfg.Now()
+
+	for _, sv := range servers {
+		var prepared []xa.PreparedBranch
+		var lister xa.ResourceManager
+		var errs []error
+		for _, rm := range sv.members {
+			p, err := rm.Recover(ctx)
+			if err == nil {
+				prepared, lister = p, rm
+				break
+			}
+			errs = append(errs, fmt.Errorf("recovery: listing %s: %w", rm.Name(), err))
+		}
+		if lister == nil {
+			rep.Errors = append(rep.Errors, errs...)
+			continue
+		}
+		answered[sv] = true
+		for _, rm := range sv.members {
+			rep.Participants = append(rep.Participants, rm.Name())
+		}
+		if gc, ok := lister.(GhostCounter); ok {
 			n, err := gc.UnlistedPrepared(ctx)
 			if err != nil {
-				rep.Errors = append(rep.Errors, fmt.Errorf("recovery: counting unlisted prepared transactions on %s: %w", rm.Name(), err))
+				rep.Errors = append(rep.Errors, fmt.Errorf("recovery: counting unlisted prepared transactions on %s: %w", lister.Name(), err))
 				n = -1
 			}
-			ghosts[rm.Name()] = n
+			ghosts[sv] = n
 		}
 		for _, p := range prepared {
-			b := Branch{Participant: rm.Name(), Prepared: p}
+			b := Branch{Participant: sv.members[0].Name(), Prepared: p}
 			b.Age, b.AgeKnown = p.Age(now)
-			g, _, ours := xa.Owned(p.XID)
+			ref, ours := xa.ParseOwned(p.XID)
+			rm := sv.members[0]
 			switch {
 			case !ours:
 				b.Verdict = Foreign
-			case !s.nodes[g.Node]:
-				b.ID, b.Verdict = g, OtherNode
+			case !s.nodes[ref.ID.Node]:
+				b.ID, b.Log, b.Verdict = ref.ID, ref.Log, OtherNode
 			default:
-				b.ID = g
-				listed[key{rm.Name(), p.XID.String()}] = true
-				rec, logged := records[g.String()]
+				b.ID, b.Log = ref.ID, ref.Log
+				listed[key{sv, p.XID.String()}] = true
+				listedIDs[ref.ID.String()] = true
+				rec, logged := st.records[ref.ID.String()]
+				_, b.AbortLogged = st.aborts[ref.ID.String()]
 				b.Logged = logged
-				b.Verdict = s.verdict(b, rec, logged)
+				if logged {
+					// Attribute the branch to the participant its record
+					// names, among those sharing the server.
+					for _, br := range rec.Branches {
+						if br.XID.Equal(p.XID) && sv.has(br.RM) {
+							b.Participant = br.RM
+							rm = s.participant(br.RM)
+						}
+					}
+				}
+				s.judge(st, &b, ref, rec, logged)
 				if !dry {
-					s.act(ctx, rm, &b, rec, incomplete)
+					s.act(ctx, st, rm, &b, rec)
 				}
 			}
 			rep.Branches = append(rep.Branches, b)
@@ -344,18 +507,19 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		var reasons []string
 		prepared, unseen := false, false
 		for _, br := range rec.Branches {
+			sv := st.serverOf[br.RM]
 			switch {
-			case !s.known(br.RM):
+			case sv == nil:
 				reasons = append(reasons, fmt.Sprintf("participant %q is not configured", br.RM))
 				unseen = true
-			case !answered[br.RM]:
+			case !answered[sv]:
 				reasons = append(reasons, fmt.Sprintf("participant %q could not be listed", br.RM))
 				unseen = true
-			case listed[key{br.RM, br.XID.String()}]:
+			case listed[key{sv, br.XID.String()}]:
 				prepared = true
-			case ghosts[br.RM] < 0:
+			case ghosts[sv] < 0:
 				reasons = append(reasons, fmt.Sprintf("participant %q could not tell whether it holds prepared transactions it does not list (see the scan's errors)", br.RM))
-			case ghosts[br.RM] > 0:
+			case ghosts[sv] > 0:
 				reasons = append(reasons, fmt.Sprintf("participant %q holds prepared transactions it does not list (fact 7): restart it and recover", br.RM))
 			}
 		}
@@ -369,7 +533,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 			rep.Forgotten = append(rep.Forgotten, rec.ID)
 			continue
 		}
-		if ds, ok := stores[rec.ID.String()]; ok {
+		if ds, ok := st.inStore[rec.ID.String()]; ok {
 			storeForget[ds] = append(storeForget[ds], rec.ID)
 			continue
 		}
@@ -389,61 +553,100 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		s.log.Info("forgot stored decisions: every branch resolved", "count", len(ids))
 		rep.Forgotten = append(rep.Forgotten, ids...)
 	}
+	if !dry {
+		s.forgetAborts(ctx, &rep, st, aborts, len(answered) == len(servers), listedIDs)
+	}
+	rep.Aborted = st.aborted
 	return rep, nil
 }
 
-func (s *Scanner) known(name string) bool {
-	return slices.ContainsFunc(s.cfg.Participants, func(rm xa.ResourceManager) bool { return rm.Name() == name })
+// forgetAborts drops abort records whose branches are gone, once their
+// retention has passed (the log enforces it by its own clock), and abort
+// markers in decision stores past retention.
+func (s *Scanner) forgetAborts(ctx context.Context, rep *Report, st *scanState, aborts []xa.AbortRecord, all bool, listed map[string]bool) {
+	now := s.cfg.Now()
+	for _, a := range aborts {
+		if !all || listed[a.ID.String()] || now.Sub(a.Logged) < xa.AbortRetention {
+			continue
+		}
+		if err := s.cfg.Log.ForgetAbort(ctx, a.ID); err != nil {
+			s.log.Debug("abort record kept", "tx", a.ID, "err", err)
+			continue
+		}
+		rep.ForgottenAborts = append(rep.ForgottenAborts, a.ID)
+	}
+	for name, ds := range st.stores {
+		if n, err := ds.ForgetAborts(ctx, xa.AbortRetention); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("recovery: pruning abort markers in %s: %w", name, err))
+		} else if n > 0 {
+			s.log.Info("pruned abort markers past their retention", "rm", name, "count", n)
+		}
+	}
 }
 
-func (s *Scanner) verdict(b Branch, rec xa.CommitRecord, logged bool) Verdict {
-	if logged {
+func (s *Scanner) participant(name string) xa.ResourceManager {
+	for _, rm := range s.cfg.Participants {
+		if rm.Name() == name {
+			return rm
+		}
+	}
+	return nil
+}
+
+// judge sets b's verdict (and reason) from what the scan knows.
+func (s *Scanner) judge(st *scanState, b *Branch, ref xa.BranchRef, rec xa.CommitRecord, logged bool) {
+	switch {
+	case logged:
 		for _, br := range rec.Branches {
 			if br.RM == b.Participant && br.XID.Equal(b.Prepared.XID) {
-				return Commit
+				b.Verdict = Commit
+				return
 			}
 		}
-		return Anomaly
+		b.Verdict = Anomaly
+		b.Reason = "its transaction's commit record does not list this branch"
+	case b.AbortLogged:
+		// This log fenced the transaction: no commit can be recorded.
+		b.Verdict = Rollback
+	case ref.Log == 0:
+		b.Verdict = OtherLog
+		b.Reason = "its XID names no decision log (made before logs had identities, or by hand): only a commit record decides it"
+	case ref.Log != s.ident.ID:
+		b.Verdict = OtherLog
+		b.Reason = fmt.Sprintf("belongs to decision log %s; this is log %s: recover it with that log", ref.Log, s.ident.ID)
+	case ref.ID.Begun.Before(s.ident.Created.Truncate(time.Millisecond)):
+		b.Verdict = Predates
+		b.Reason = fmt.Sprintf("began %s, before this log was created (%s)", ref.ID.Begun.UTC().Format(time.RFC3339), s.ident.Created.UTC().Format(time.RFC3339))
+	case !b.AgeKnown || b.Age <= s.cfg.Grace:
+		b.Verdict = Wait
+		b.Reason = fmt.Sprintf("no decision yet; presumed aborted once older than %v", s.cfg.Grace)
+	case st.blocked != "":
+		b.Verdict = Blocked
+		b.Reason = st.blocked
+	default:
+		b.Verdict = Rollback
 	}
-	if b.AgeKnown && b.Age > s.cfg.Grace {
-		return Rollback
-	}
-	return Wait
 }
 
-// act carries out b's verdict. incomplete says that some stored decisions
-// could not be read.
-func (s *Scanner) act(ctx context.Context, rm xa.ResourceManager, b *Branch, rec xa.CommitRecord, incomplete bool) {
+// act carries out b's verdict.
+func (s *Scanner) act(ctx context.Context, st *scanState, rm xa.ResourceManager, b *Branch, rec xa.CommitRecord) {
 	attrs := []any{"rm", b.Participant, "xid", b.Prepared.XID, "tx", b.ID, "age", b.Age.Round(time.Millisecond)}
 	switch b.Verdict {
 	case Commit:
-		var from xa.Origin
-		for _, br := range rec.Branches {
-			if br.RM == b.Participant && br.XID.Equal(b.Prepared.XID) {
-				from = br.Origin
-			}
-		}
-		err := rm.Commit(ctx, b.Prepared.XID, from)
-		if errors.Is(err, xa.ErrUnknownXID) {
-			// Listed a moment ago, gone now: a concurrent committer (the
-			// coordinator or another scanner) finished it.
-			err = nil
-		}
-		s.record(b, err, "committed in-doubt branch (logged decision)", attrs)
+		s.commit(ctx, rm, b, rec, attrs)
 	case Rollback:
-		if incomplete {
-			b.Err = fmt.Errorf("%w: not rolled back: a participant's stored decisions could not be read", xa.ErrRetryable)
-			return
-		}
-		// A record written since the decisions were read would mean a
-		// live coordinator decided after all; look again just before
-		// acting.
-		if logged, err := s.decided(ctx, b.ID); err != nil || logged {
-			if err == nil {
-				err = fmt.Errorf("%w: a commit record appeared; next scan commits it", xa.ErrRetryable)
+		if !b.AbortLogged {
+			rec, committed, err := s.fence(ctx, st, b)
+			switch {
+			case err != nil:
+				b.Err = err
+				s.record(b, err, "", attrs)
+				return
+			case committed:
+				b.Verdict, b.Logged = Commit, true
+				s.commit(ctx, rm, b, rec, attrs)
+				return
 			}
-			b.Err = err
-			return
 		}
 		err := rm.Rollback(ctx, b.Prepared.XID, xa.Origin{})
 		s.record(b, err, "rolled back in-doubt branch (presumed abort)", attrs)
@@ -452,19 +655,103 @@ func (s *Scanner) act(ctx context.Context, rm xa.ResourceManager, b *Branch, rec
 	}
 }
 
-// decided looks id up in the log and in every decision store.
-func (s *Scanner) decided(ctx context.Context, id xa.GlobalID) (bool, error) {
-	if _, ok, err := s.cfg.Log.Lookup(ctx, id); err != nil || ok {
-		return ok, err
-	}
-	for _, rm := range s.cfg.Participants {
-		if ds, ok := rm.(DecisionStore); ok {
-			if _, ok, err := ds.Decision(ctx, id); err != nil || ok {
-				return ok, err
-			}
+func (s *Scanner) commit(ctx context.Context, rm xa.ResourceManager, b *Branch, rec xa.CommitRecord, attrs []any) {
+	var from xa.Origin
+	for _, br := range rec.Branches {
+		if br.RM == b.Participant && br.XID.Equal(b.Prepared.XID) {
+			from = br.Origin
 		}
 	}
-	return false, nil
+	err := rm.Commit(ctx, b.Prepared.XID, from)
+	if errors.Is(err, xa.ErrUnknownXID) {
+		// Listed a moment ago, gone now: a concurrent committer (the
+		// coordinator or another scanner) finished it. Nobody rolls back
+		// a branch with a commit decision: the fence refuses the abort.
+		err = nil
+	}
+	s.record(b, err, "committed in-doubt branch (logged decision)", attrs)
+}
+
+// fence takes the fence for b's transaction before presumed abort, once per
+// scan and transaction: an abort marker in every configured decision store
+// (the log delegated to them all, or the scan is blocked), then an abort
+// record in the log. committed: a commit won the race (rec is its
+// decision); err: nothing is known, nothing may be rolled back.
+func (s *Scanner) fence(ctx context.Context, st *scanState, b *Branch) (rec xa.CommitRecord, committed bool, err error) {
+	k := b.ID.String()
+	if err, ok := st.fenced[k]; ok {
+		if errors.Is(err, xa.ErrCommitRecorded) {
+			rec, ok := st.records[k]
+			return rec, ok, nil
+		}
+		return xa.CommitRecord{}, false, err
+	}
+	rec, committed, err = s.takeFence(ctx, st, b)
+	switch {
+	case committed:
+		st.records[k] = rec
+		st.fenced[k] = xa.ErrCommitRecorded
+	case err != nil:
+		st.fenced[k] = err
+	default:
+		st.fenced[k] = nil
+	}
+	return rec, committed, err
+}
+
+func (s *Scanner) takeFence(ctx context.Context, st *scanState, b *Branch) (xa.CommitRecord, bool, error) {
+	reason := fmt.Sprintf("presumed abort: prepared on %s for %v with no decision (grace %v)", b.Participant, b.Age.Round(time.Millisecond), s.cfg.Grace)
+	// Read the delegations again, after the listing: a coordinator records
+	// a delegation before it prepares any branch, so every store that may
+	// decide this transaction is named by now.
+	delegations, err := s.cfg.Log.Delegations(ctx)
+	if err != nil {
+		return xa.CommitRecord{}, false, fmt.Errorf("recovery: reading the decision log's delegations: %w", err)
+	}
+	for _, d := range delegations {
+		if st.stores[d.Participant] == nil {
+			b.Verdict = Blocked
+			b.Reason = fmt.Sprintf("the log delegated decisions to participant %q, which is not configured with its decision table", d.Participant)
+			return xa.CommitRecord{}, false, fmt.Errorf("%w: %s", xa.ErrRetryable, b.Reason)
+		}
+	}
+	names := make([]string, 0, len(st.stores))
+	for name := range st.stores {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		ds := st.stores[name]
+		err := ds.ClaimAbort(ctx, b.ID, reason)
+		if errors.Is(err, xa.ErrCommitRecorded) {
+			rec, ok, lerr := ds.Decision(ctx, b.ID)
+			if lerr != nil || !ok {
+				return xa.CommitRecord{}, false, fmt.Errorf("%w: %s holds a commit decision for %s that could not be read back: %v", xa.ErrRetryable, name, b.ID, lerr)
+			}
+			st.inStore[b.ID.String()] = ds
+			s.log.Info("presumed abort lost the race: a last-resource commit holds the decision", "tx", b.ID, "rm", name)
+			return rec, true, nil
+		}
+		if err != nil {
+			return xa.CommitRecord{}, false, fmt.Errorf("recovery: claiming the abort of %s in %s's decision table: %w", b.ID, name, err)
+		}
+	}
+	err = s.cfg.Log.LogAbort(ctx, xa.AbortRecord{ID: b.ID, Logged: s.cfg.Now(), Reason: reason})
+	if errors.Is(err, xa.ErrCommitRecorded) {
+		rec, ok, lerr := s.cfg.Log.Lookup(ctx, b.ID)
+		if lerr != nil || !ok {
+			// Being written right now: the next scan commits it.
+			return xa.CommitRecord{}, false, fmt.Errorf("%w: a commit decision for %s is being logged; the next scan commits it", xa.ErrRetryable, b.ID)
+		}
+		s.log.Info("presumed abort lost the race: the coordinator logged the commit", "tx", b.ID)
+		return rec, true, nil
+	}
+	if err != nil {
+		return xa.CommitRecord{}, false, fmt.Errorf("recovery: recording the abort of %s: %w", b.ID, err)
+	}
+	s.log.Info("recorded presumed abort", "tx", b.ID, "reason", reason)
+	st.aborted = append(st.aborted, b.ID)
+	return xa.CommitRecord{}, false, nil
 }
 
 func (s *Scanner) record(b *Branch, err error, msg string, attrs []any) {

@@ -164,8 +164,8 @@ func (tx *Tx) Commit(ctx context.Context) (Result, error) {
 			ev.idle[i] = id.Idle()
 		}
 		_, ev.onePhase[i] = b.(OnePhaseCommitter)
-		if lr, ok := b.(LastResource); ok {
-			ev.last[i] = lr.CanCommitLast()
+		if lr, ok := b.(LastResource); ok && lr.CanCommitLast() {
+			ev.last[i] = tx.delegate(ctx, i)
 		}
 	}
 	tx.run(ctx, ev)
@@ -402,11 +402,10 @@ func (tx *Tx) logCommit(ctx context.Context, prepared []int) error {
 // commitLast commits the last resource i together with the decision and,
 // only if that succeeded, records the proof that lets branches commit.
 //
-// Before the first last-resource commit through a participant, the log
-// records the delegation, so that recovery never presumes abort without
-// that participant's decisions. When the decision cannot be attempted (the
-// delegation failed, or Begin + Timeout passed), the last resource's branch
-// is rolled back and the error says the transaction aborts.
+// The log holds the participant's delegation (see delegate). When the
+// decision cannot be attempted (Begin + Timeout passed), the last
+// resource's branch is rolled back and the error says the transaction
+// aborts.
 func (tx *Tx) commitLast(ctx context.Context, i int, prepared []int) error {
 	lr := tx.branches[i].(LastResource)
 	name := tx.rms[i].Name()
@@ -420,13 +419,8 @@ func (tx *Tx) commitLast(ctx context.Context, i int, prepared []int) error {
 		return &Error{Op: "commit last", RM: name, XID: tx.xid(i), Err: reason}
 	}
 	if _, ok := tx.mgr.delegated.Load(name); !ok {
-		dctx, cancel := tx.decisionCtx(ctx)
-		err := tx.mgr.cfg.Log.LogDelegation(dctx, name)
-		cancel()
-		if err != nil {
-			return refuse(fmt.Errorf("%w: recording in the decision log that %s holds decisions failed: %w", errNotAttempted, name, err))
-		}
-		tx.mgr.delegated.Store(name, true)
+		// delegate runs before any branch is prepared; never reached.
+		return refuse(fmt.Errorf("%w: %s holds no delegation in the decision log", errNotAttempted, name))
 	}
 	if !time.Now().Before(tx.deadline) {
 		return refuse(errTooLate)
@@ -438,6 +432,28 @@ func (tx *Tx) commitLast(ctx context.Context, i int, prepared []int) error {
 	}
 	tx.durable = &decision{id: tx.id, logged: true}
 	return nil
+}
+
+// delegate makes sure the decision log records that participant i may
+// hold decisions, before any branch of the transaction is prepared: a
+// scanner that lists a prepared branch then finds the delegation, and
+// fences that participant's decision table before presuming abort. It
+// reports whether branch i may commit last; if the delegation cannot be
+// recorded, the transaction commits with the log instead.
+func (tx *Tx) delegate(ctx context.Context, i int) bool {
+	name := tx.rms[i].Name()
+	if _, ok := tx.mgr.delegated.Load(name); ok {
+		return true
+	}
+	dctx, cancel := tx.decisionCtx(ctx)
+	err := tx.mgr.cfg.Log.LogDelegation(dctx, name)
+	cancel()
+	if err != nil {
+		tx.mgr.log.Warn("recording the last resource's delegation failed; committing through the decision log", "tx", tx.id, "rm", name, "err", err)
+		return false
+	}
+	tx.mgr.delegated.Store(name, true)
+	return true
 }
 
 // errNotAttempted: the decision was not attempted; the transaction aborts.
