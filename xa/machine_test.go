@@ -19,8 +19,9 @@ import (
 //	commit [idle=a] [onephase=a] [last=a]  the application commits
 //	rollback | timeout             the application rolls back | the timeout fires
 //	vote <rm> prepared|readonly|abort|unknown
-//	logged [error]                 the decision log answered
-//	phase2 <rm> ok|retryable|unknown|unknownxid|error
+//	logged [error|unknown|abort-recorded|too-late]  the decision log answered
+//	lookup <rm> none|aborted|error the log's answer: is an abort recorded?
+//	phase2 <rm> ok|retryable|unknown|unknownxid|rolledback|too-late|error
 //	state                          the phase and each branch's state
 func TestMachine(t *testing.T) {
 	datadriven.Walk(t, "testdata/machine", func(t *testing.T, path string) {
@@ -93,9 +94,33 @@ func TestMachine(t *testing.T) {
 			case "logged":
 				var err error
 				if len(d.CmdArgs) > 0 {
-					err = errors.New(d.CmdArgs[0].Key)
+					switch d.CmdArgs[0].Key {
+					case "abort-recorded":
+						err = fmt.Errorf("filelog: commit: %w", ErrAbortRecorded)
+					case "too-late":
+						err = fmt.Errorf("filelog: commit: %w", ErrDecisionTooLate)
+					case "unknown":
+						err = &Error{Op: "log", Kind: ErrOutcomeUnknown, Err: errors.New("fsync failed")}
+					default:
+						err = errors.New(d.CmdArgs[0].Key)
+					}
 				}
 				acts = m.step(evLogged{err: err})
+			case "lookup":
+				// lookup <rm> none|aborted|error: the log's answer about an
+				// abort record, after <rm>'s commit answered unknown XID.
+				i := index(d, d.CmdArgs[0].Key)
+				ev := evLookedUp{i: i}
+				switch d.CmdArgs[1].Key {
+				case "none":
+				case "aborted":
+					ev.aborted = true
+				case "error":
+					ev.err = errors.New("log closed")
+				default:
+					d.Fatalf(t, "lookup %q", d.CmdArgs[1].Key)
+				}
+				acts = m.step(ev)
 			case "phase2":
 				i := index(d, d.CmdArgs[0].Key)
 				acts = m.step(evPhase2{i: i, err: phase2Err(t, d)})
@@ -124,6 +149,10 @@ func phase2Err(t *testing.T, d *datadriven.TestData) error {
 		return &Error{Op: "commit", Kind: ErrOutcomeUnknown, Err: errors.New("connection lost")}
 	case "unknownxid":
 		return &Error{Op: "commit", Kind: ErrUnknownXID, Err: errors.New("XAER_NOTA")}
+	case "rolledback":
+		return &Error{Op: "commit", Kind: ErrRolledBack, Err: errors.New("XA_RBROLLBACK")}
+	case "too-late":
+		return ErrDecisionTooLate
 	case "error":
 		return errors.New("some error")
 	}
