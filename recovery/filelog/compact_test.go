@@ -38,7 +38,7 @@ func TestCompactionBoundsSpace(t *testing.T) {
 	)
 	ctx := context.Background()
 	dir := t.TempDir()
-	l := mustOpen(t, dir, Options{NoSync: true, SegmentSize: segSize})
+	l := mustCreate(t, dir, Options{NoSync: true, SegmentSize: segSize})
 	var pending []xa.CommitRecord
 	logPending := func(i int) {
 		rec := commitRec(gid(i), 3)
@@ -115,7 +115,7 @@ func TestCompactionManyLiveRecords(t *testing.T) {
 	const segSize = 16 << 10
 	ctx := context.Background()
 	dir := t.TempDir()
-	l := mustOpen(t, dir, Options{NoSync: true, SegmentSize: segSize})
+	l := mustCreate(t, dir, Options{NoSync: true, SegmentSize: segSize})
 	var live []xa.CommitRecord
 	maxSegs := 0
 	for i := range 20_000 {

@@ -17,7 +17,7 @@ import (
 // closes it.
 func buildLog(t *testing.T, dir string, n int) []xa.CommitRecord {
 	t.Helper()
-	l := mustOpen(t, dir, Options{NoSync: true, SegmentSize: 1500})
+	l := mustCreate(t, dir, Options{NoSync: true, SegmentSize: 1500})
 	var recs []xa.CommitRecord
 	for i := range n {
 		rec := commitRec(gid(i), 2)

@@ -51,29 +51,39 @@ func copyDir(root, src string) (string, error) {
 // tracker remembers what the test asked of the log, and what the log
 // acknowledged, to judge a crashed copy.
 type tracker struct {
-	mu        sync.Mutex
-	submitted map[string]string // id -> encoded record, every LogCommit ever called
-	acked     map[string]bool   // LogCommit returned nil
-	forgotten map[string]bool   // Forget was called (or is about to be)
-	hSubmit   map[string]bool   // encoded heuristic records
-	hAcked    map[string]bool
-	hCleared  map[string]bool // XID text whose clear was requested
+	mu         sync.Mutex
+	submitted  map[string]string // id -> encoded record, every LogCommit ever called
+	acked      map[string]bool   // LogCommit returned nil
+	forgotten  map[string]bool   // Forget was called (or is about to be)
+	hSubmit    map[string]bool   // encoded heuristic records
+	hAcked     map[string]bool
+	hCleared   map[hkey]bool   // participant and XID text whose clear was requested
+	aSubmit    map[string]bool // ids of LogAbort calls
+	aAcked     map[string]bool // LogAbort returned nil
+	aForgotten map[string]bool // ForgetAbort was called (or is about to be)
+	dSubmit    map[string]bool // participants of LogDelegation calls
+	dAcked     map[string]bool // LogDelegation returned nil
 }
 
 func newTracker() *tracker {
 	return &tracker{
 		submitted: map[string]string{}, acked: map[string]bool{}, forgotten: map[string]bool{},
-		hSubmit: map[string]bool{}, hAcked: map[string]bool{}, hCleared: map[string]bool{},
+		hSubmit: map[string]bool{}, hAcked: map[string]bool{}, hCleared: map[hkey]bool{},
+		aSubmit: map[string]bool{}, aAcked: map[string]bool{}, aForgotten: map[string]bool{},
+		dSubmit: map[string]bool{}, dAcked: map[string]bool{},
 	}
 }
 
 type snapshot struct {
-	dir       string
-	what      string
-	acked     map[string]bool
-	forgotten map[string]bool
-	hAcked    map[string]bool
-	hCleared  map[string]bool
+	dir        string
+	what       string
+	acked      map[string]bool
+	forgotten  map[string]bool
+	hAcked     map[string]bool
+	hCleared   map[hkey]bool
+	aAcked     map[string]bool
+	aForgotten map[string]bool
+	dAcked     map[string]bool
 }
 
 // zeroRange overwrites bytes [from, to) of path (as far as it reaches) with
@@ -100,7 +110,8 @@ func (tr *tracker) snapshot(dir, what string) snapshot {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	return snapshot{dir: dir, what: what, acked: maps.Clone(tr.acked), forgotten: maps.Clone(tr.forgotten),
-		hAcked: maps.Clone(tr.hAcked), hCleared: maps.Clone(tr.hCleared)}
+		hAcked: maps.Clone(tr.hAcked), hCleared: maps.Clone(tr.hCleared),
+		aAcked: maps.Clone(tr.aAcked), aForgotten: maps.Clone(tr.aForgotten), dAcked: maps.Clone(tr.dAcked)}
 }
 
 func (tr *tracker) commit(ctx context.Context, t testing.TB, l *Log, rec xa.CommitRecord) error {
@@ -138,16 +149,51 @@ func (tr *tracker) heuristic(ctx context.Context, t testing.TB, l *Log, h xa.Heu
 	return err
 }
 
-func (tr *tracker) clear(ctx context.Context, l *Log, x xa.XID) error {
+func (tr *tracker) clear(ctx context.Context, l *Log, rm string, x xa.XID) error {
 	tr.mu.Lock()
-	tr.hCleared[x.String()] = true
+	tr.hCleared[hkey{rm, x.String()}] = true
 	tr.mu.Unlock()
-	return l.ClearHeuristic(ctx, x)
+	return l.ClearHeuristic(ctx, rm, x)
+}
+
+func (tr *tracker) abort(ctx context.Context, l *Log, rec xa.AbortRecord) error {
+	k := rec.ID.String()
+	tr.mu.Lock()
+	tr.aSubmit[k] = true
+	tr.mu.Unlock()
+	err := l.LogAbort(ctx, rec)
+	if err == nil {
+		tr.mu.Lock()
+		tr.aAcked[k] = true
+		tr.mu.Unlock()
+	}
+	return err
+}
+
+func (tr *tracker) forgetAbort(ctx context.Context, l *Log, id xa.GlobalID) error {
+	tr.mu.Lock()
+	tr.aForgotten[id.String()] = true
+	tr.mu.Unlock()
+	return l.ForgetAbort(ctx, id)
+}
+
+func (tr *tracker) delegation(ctx context.Context, l *Log, participant string) error {
+	tr.mu.Lock()
+	tr.dSubmit[participant] = true
+	tr.mu.Unlock()
+	err := l.LogDelegation(ctx, participant)
+	if err == nil {
+		tr.mu.Lock()
+		tr.dAcked[participant] = true
+		tr.mu.Unlock()
+	}
+	return err
 }
 
 // check opens the copy dir and checks it against what snapshot s says was
-// acknowledged: every acknowledged record not (about to be) forgotten is
-// there, and nothing is there that was not written.
+// acknowledged: every acknowledged record not (about to be) forgotten or
+// cleared is there, nothing is there that was not written, and no id has
+// both a commit and an abort record.
 func (tr *tracker) check(t *testing.T, dir string, s snapshot) map[string]string {
 	t.Helper()
 	l, err := Open(dir, Options{NoSync: true})
@@ -190,8 +236,44 @@ func (tr *tracker) check(t *testing.T, dir string, s snapshot) map[string]string
 		if err := h.UnmarshalBinary([]byte(e)); err != nil {
 			t.Fatal(err)
 		}
-		if !s.hCleared[h.XID.String()] && !gotH[e] {
-			t.Fatalf("crash at %s: acknowledged heuristic of %v lost", s.what, h.XID)
+		if !s.hCleared[hkey{h.RM, h.XID.String()}] && !gotH[e] {
+			t.Fatalf("crash at %s: acknowledged heuristic of %v on %s lost", s.what, h.XID, h.RM)
+		}
+	}
+	aborts, err := l.Aborts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotA := map[string]bool{}
+	for _, a := range aborts {
+		k := a.ID.String()
+		gotA[k] = true
+		if !tr.aSubmit[k] {
+			t.Fatalf("crash at %s: abort record %s never written", s.what, k)
+		}
+		if got[k] != "" {
+			t.Fatalf("crash at %s: %s has both a commit and an abort record", s.what, k)
+		}
+	}
+	for k := range s.aAcked {
+		if !s.aForgotten[k] && !gotA[k] {
+			t.Fatalf("crash at %s: acknowledged abort record %s lost", s.what, k)
+		}
+	}
+	ds, err := l.Delegations(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotD := map[string]bool{}
+	for _, d := range ds {
+		gotD[d.Participant] = true
+		if !tr.dSubmit[d.Participant] {
+			t.Fatalf("crash at %s: delegation to %s never written", s.what, d.Participant)
+		}
+	}
+	for p := range s.dAcked {
+		if !gotD[p] {
+			t.Fatalf("crash at %s: acknowledged delegation to %s lost", s.what, p)
 		}
 	}
 	return got
@@ -377,7 +459,8 @@ func TestCrashAtEveryStep(t *testing.T) {
 	dir := t.TempDir()
 	root := t.TempDir()
 	h := &hookFS{}
-	l := mustOpen(t, dir, Options{fs: h, SegmentSize: 2048})
+	clock := newManualClock()
+	l := mustCreate(t, dir, Options{fs: h, SegmentSize: 2048, Now: clock.now})
 	tr := newTracker()
 	var snaps []snapshot
 	var hookErr error
@@ -444,10 +527,19 @@ func TestCrashAtEveryStep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for i := range 2 {
-		if err := tr.heuristic(ctx, t, l, heurRec(i, xa.OutcomeCommit)); err != nil {
+	// Heuristics of one XID on two participants, and one of another XID.
+	for _, h := range []xa.HeuristicRecord{heurRecOn("maria", 0, xa.OutcomeCommit), heurRecOn("pg", 0, xa.OutcomeRollback), heurRec(1, xa.OutcomeCommit)} {
+		if err := tr.heuristic(ctx, t, l, h); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for i := range 3 {
+		if err := tr.abort(ctx, l, abortRec(600+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tr.delegation(ctx, l, "maria"); err != nil {
+		t.Fatal(err)
 	}
 	for i := range 120 {
 		rec := commitRec(gid(i), 2)
@@ -458,13 +550,32 @@ func TestCrashAtEveryStep(t *testing.T) {
 			t.Fatal(err)
 		}
 		switch i {
+		case 30:
+			if err := tr.delegation(ctx, l, "pg"); err != nil {
+				t.Fatal(err)
+			}
 		case 40:
 			if err := tr.forget(ctx, l, gid(500)); err != nil {
 				t.Fatal(err)
 			}
-		case 60:
-			if err := tr.clear(ctx, l, heurRec(0, xa.OutcomeCommit).XID); err != nil {
+		case 50:
+			// A day later by the log's clock, abort 600 may go; then
+			// back, so that the commits that follow are in time.
+			clock.advance(xa.AbortRetention)
+			if err := tr.forgetAbort(ctx, l, gid(600)); err != nil {
 				t.Fatal(err)
+			}
+			clock.advance(-xa.AbortRetention)
+			if err := tr.abort(ctx, l, abortRec(700)); err != nil {
+				t.Fatal(err)
+			}
+		case 60:
+			if err := tr.clear(ctx, l, "maria", gid(0).Branch(0)); err != nil {
+				t.Fatal(err)
+			}
+		case 70:
+			if err := tr.forgetAbort(ctx, l, gid(700)); !errors.Is(err, ErrRetained) {
+				t.Fatalf("ForgetAbort of a fresh abort record: %v, want ErrRetained", err)
 			}
 		}
 	}

@@ -34,7 +34,7 @@ func TestFailStop(t *testing.T) {
 			ctx := context.Background()
 			dir := t.TempDir()
 			h := &hookFS{}
-			l := mustOpen(t, dir, Options{fs: h, SegmentSize: tt.segmentSize})
+			l := mustCreate(t, dir, Options{fs: h, SegmentSize: tt.segmentSize})
 			var after atomic.Int64 // operations attempted after the fault
 			var faulted atomic.Bool
 			var seen int
@@ -117,7 +117,7 @@ func TestFailStop(t *testing.T) {
 // error; those in the failed group are told the outcome is unknown.
 func TestFailStopWakesEveryWaiter(t *testing.T) {
 	h := &hookFS{}
-	l := mustOpen(t, t.TempDir(), Options{fs: h})
+	l := mustCreate(t, t.TempDir(), Options{fs: h})
 	entered := make(chan struct{}, 1)
 	gate := make(chan struct{})
 	var first atomic.Bool

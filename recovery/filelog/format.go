@@ -2,24 +2,36 @@ package filelog
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/xadb/xa/xa"
 )
 
 // On-disk format.
 //
-// A log is a directory of segment files named by their number, 20 decimal
-// digits and ".wal" (00000000000000000001.wal). Numbers are consecutive;
-// the highest is the active segment, the only one that is appended to.
+// A log is a directory holding an IDENTITY file and segment files named by
+// their number, 20 decimal digits and ".wal" (00000000000000000001.wal).
+// Numbers are consecutive; the highest is the active segment, the only one
+// that is appended to. LOCK is the lock file (see lockDir); files ending in
+// ".tmp" are leftovers of an interrupted creation and are removed by Open.
+//
+// IDENTITY is written once, by Create, and never changes:
+//
+//	magic    [8]byte  "xa-dlid\n"
+//	version  uint32   1
+//	length   uint32   length of identity
+//	identity [length]byte  xa.LogIdentity in its MarshalBinary form
+//	crc      uint32   CRC-32C of everything above
 //
 // A segment starts with a 24-byte header:
 //
 //	magic   [8]byte  "xa-dlog\n"
-//	version uint32   1
+//	version uint32   2
 //	number  uint64   the segment number, equal to the one in the file name
 //	crc     uint32   CRC-32C of the 20 bytes above
 //
@@ -30,20 +42,43 @@ import (
 //	type    byte     RecordType
 //	payload [length]byte
 //
-// All integers are little endian. Payloads are xa.CommitRecord and
-// xa.HeuristicRecord in their MarshalBinary form, the text of an
-// xa.GlobalID (forget) and the canonical text of an xa.XID (clear).
+// All integers of the framing are little endian. The payloads, by type:
+//
+//	commit        xa.CommitRecord, MarshalBinary form
+//	forget        the text of the xa.GlobalID whose commit record is forgotten
+//	heuristic     xa.HeuristicRecord, MarshalBinary form
+//	clear         participant (uvarint length, bytes), then the canonical
+//	              text of the xa.XID: that participant's heuristic records
+//	              of that XID are cleared
+//	abort         xa.AbortRecord, MarshalBinary form
+//	forget-abort  the text of the xa.GlobalID whose abort record is forgotten
+//	delegation    version byte 1, participant (uvarint length, bytes), time
+//	              logged (varint Unix nanoseconds)
+//
+// Version 1 segments (before identities, with clear records naming an XID
+// only) are not read: Open refuses a directory without IDENTITY anyway.
 //
 // The active segment may end in zeros (preallocated space); every other
 // segment ends exactly at its last record.
 const (
 	magic         = "xa-dlog\n"
-	formatVersion = 1
+	formatVersion = 2
 	headerSize    = 24
 	frameHeader   = 9
 	// maxPayload bounds a record's payload: a commit record of 10000
 	// branches with long resource manager names fits.
 	maxPayload = 16 << 20
+
+	identityName    = "IDENTITY"
+	identityMagic   = "xa-dlid\n"
+	identityVersion = 1
+	// maxIdentity bounds the identity in IDENTITY; the encoded identity
+	// is well under 100 bytes.
+	maxIdentity = 4096
+	// maxParticipant bounds a participant name in delegation and clear
+	// records, as xa bounds it in commit and heuristic records.
+	maxParticipant  = 1 << 10
+	delegationCodec = 1
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -58,9 +93,22 @@ const (
 	RecordForget
 	// RecordHeuristic holds an xa.HeuristicRecord.
 	RecordHeuristic
-	// RecordClear holds the xa.XID whose heuristic records are cleared.
+	// RecordClear names a participant and an xa.XID whose heuristic
+	// records on that participant are cleared.
 	RecordClear
+	// RecordAbort holds an xa.AbortRecord: presumed abort, the fence
+	// against a commit record for the same global id.
+	RecordAbort
+	// RecordForgetAbort holds the xa.GlobalID of a forgotten abort record.
+	RecordForgetAbort
+	// RecordDelegation holds an xa.Delegation: a participant whose
+	// decision table may hold this log's commit decisions.
+	RecordDelegation
 )
+
+// RecordIdentity is the type Dump gives the IDENTITY file, shown as the
+// first entry. It never occurs in a segment.
+const RecordIdentity RecordType = 0x80
 
 func (t RecordType) String() string {
 	switch t {
@@ -72,11 +120,17 @@ func (t RecordType) String() string {
 		return "heuristic"
 	case RecordClear:
 		return "clear"
+	case RecordAbort:
+		return "abort"
+	case RecordForgetAbort:
+		return "forget-abort"
+	case RecordDelegation:
+		return "delegation"
+	case RecordIdentity:
+		return "identity"
 	}
 	return "RecordType(" + strconv.Itoa(int(t)) + ")"
 }
-
-func (t RecordType) valid() bool { return t >= RecordCommit && t <= RecordClear }
 
 // segmentName returns the file name of segment n.
 func segmentName(n uint64) string { return fmt.Sprintf("%020d.wal", n) }
@@ -201,13 +255,20 @@ func allZero(b []byte) bool {
 	return true
 }
 
+// hkey is what heuristic records are kept by: participant and XID text.
+type hkey struct{ rm, xid string }
+
 // decoded is a record's payload decoded.
 type decoded struct {
-	key       string             // GlobalID text (commit, forget) or XID text (heuristic, clear)
-	commit    xa.CommitRecord    // RecordCommit
-	id        xa.GlobalID        // RecordCommit, RecordForget
-	heuristic xa.HeuristicRecord // RecordHeuristic
-	xid       xa.XID             // RecordHeuristic, RecordClear
+	key        string             // GlobalID text (commit, forget, abort, forget-abort), participant (delegation)
+	hkey       hkey               // RecordHeuristic, RecordClear
+	commit     xa.CommitRecord    // RecordCommit
+	id         xa.GlobalID        // RecordCommit, RecordForget, RecordAbort, RecordForgetAbort
+	heuristic  xa.HeuristicRecord // RecordHeuristic
+	xid        xa.XID             // RecordHeuristic, RecordClear
+	rm         string             // RecordHeuristic, RecordClear: the participant
+	abort      xa.AbortRecord     // RecordAbort
+	delegation xa.Delegation      // RecordDelegation
 }
 
 func decodePayload(t RecordType, p []byte) (decoded, error) {
@@ -219,30 +280,138 @@ func decodePayload(t RecordType, p []byte) (decoded, error) {
 		}
 		d.id = d.commit.ID
 		d.key = commitKey(p, d.id)
-	case RecordForget:
-		d.key = string(p)
-		id, ok := xa.ParseGlobalIDString(d.key)
+	case RecordForget, RecordForgetAbort:
+		id, ok := xa.ParseGlobalIDString(string(p))
 		if !ok {
-			return d, fmt.Errorf("bad global id %q in forget record", truncate(d.key, 80))
+			return d, fmt.Errorf("bad global id %q in %v record", truncate(string(p), 80), t)
 		}
-		d.id = id
+		d.id, d.key = id, id.String()
 	case RecordHeuristic:
 		if err := d.heuristic.UnmarshalBinary(p); err != nil {
 			return d, err
 		}
-		d.xid = d.heuristic.XID
-		d.key = d.xid.String()
+		d.xid, d.rm = d.heuristic.XID, d.heuristic.RM
+		d.hkey = hkey{d.rm, d.xid.String()}
 	case RecordClear:
-		d.key = string(p)
-		x, err := xa.ParseXID(d.key)
+		rm, x, err := decodeClear(p)
 		if err != nil {
 			return d, err
 		}
-		d.xid = x
+		d.rm, d.xid = rm, x
+		d.hkey = hkey{rm, x.String()}
+	case RecordAbort:
+		if err := d.abort.UnmarshalBinary(p); err != nil {
+			return d, err
+		}
+		d.id = d.abort.ID
+		d.key = d.id.String()
+	case RecordDelegation:
+		dg, err := decodeDelegation(p)
+		if err != nil {
+			return d, err
+		}
+		d.delegation, d.key = dg, dg.Participant
 	default:
 		return d, fmt.Errorf("unknown record type %d", t)
 	}
 	return d, nil
+}
+
+// encodeClear returns the payload of a clear record.
+func encodeClear(rm string, x xa.XID) ([]byte, error) {
+	if len(rm) > maxParticipant {
+		return nil, fmt.Errorf("participant name of %d bytes, the limit is %d", len(rm), maxParticipant)
+	}
+	if err := x.Validate(); err != nil {
+		return nil, err
+	}
+	b := binary.AppendUvarint(nil, uint64(len(rm)))
+	b = append(b, rm...)
+	return append(b, x.String()...), nil
+}
+
+func decodeClear(p []byte) (string, xa.XID, error) {
+	n, k := binary.Uvarint(p)
+	if k <= 0 || n > maxParticipant || n > uint64(len(p)-k) {
+		return "", xa.XID{}, errors.New("clear record: bad participant length")
+	}
+	rm := string(p[k : k+int(n)])
+	x, err := xa.ParseXID(string(p[k+int(n):]))
+	if err != nil {
+		return "", xa.XID{}, fmt.Errorf("clear record: %w", err)
+	}
+	if err := x.Validate(); err != nil {
+		return "", xa.XID{}, fmt.Errorf("clear record: %w", err)
+	}
+	return rm, x, nil
+}
+
+// encodeDelegation returns the payload of a delegation record.
+func encodeDelegation(d xa.Delegation) ([]byte, error) {
+	if d.Participant == "" || len(d.Participant) > maxParticipant {
+		return nil, fmt.Errorf("participant name of %d bytes: want 1 to %d", len(d.Participant), maxParticipant)
+	}
+	b := []byte{delegationCodec}
+	b = binary.AppendUvarint(b, uint64(len(d.Participant)))
+	b = append(b, d.Participant...)
+	return binary.AppendVarint(b, d.Logged.UnixNano()), nil
+}
+
+func decodeDelegation(p []byte) (xa.Delegation, error) {
+	if len(p) < 1 || p[0] != delegationCodec {
+		return xa.Delegation{}, errors.New("delegation record: unknown version")
+	}
+	p = p[1:]
+	n, k := binary.Uvarint(p)
+	if k <= 0 || n == 0 || n > maxParticipant || n > uint64(len(p)-k) {
+		return xa.Delegation{}, errors.New("delegation record: bad participant length")
+	}
+	name := string(p[k : k+int(n)])
+	p = p[k+int(n):]
+	ns, k := binary.Varint(p)
+	if k <= 0 || k != len(p) {
+		return xa.Delegation{}, errors.New("delegation record: bad time")
+	}
+	return xa.Delegation{Participant: name, Logged: time.Unix(0, ns)}, nil
+}
+
+// appendIdentity returns the content of an IDENTITY file for the encoded
+// identity id.
+func appendIdentity(b []byte, id []byte) []byte {
+	start := len(b)
+	b = append(b, identityMagic...)
+	b = binary.LittleEndian.AppendUint32(b, identityVersion)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(id)))
+	b = append(b, id...)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+}
+
+// parseIdentity decodes an IDENTITY file; it returns a reason when the
+// file is bad.
+func parseIdentity(b []byte) (xa.LogIdentity, string) {
+	const fixed = 8 + 4 + 4
+	if len(b) < fixed+4 {
+		return xa.LogIdentity{}, fmt.Sprintf("short identity file (%d bytes)", len(b))
+	}
+	if string(b[:8]) != identityMagic {
+		return xa.LogIdentity{}, "bad identity magic"
+	}
+	n := binary.LittleEndian.Uint32(b[12:16])
+	if n > maxIdentity || uint64(len(b)) != fixed+uint64(n)+4 {
+		return xa.LogIdentity{}, fmt.Sprintf("identity length %d does not match a file of %d bytes", n, len(b))
+	}
+	end := fixed + int(n)
+	if crc32.Checksum(b[:end], castagnoli) != binary.LittleEndian.Uint32(b[end:]) {
+		return xa.LogIdentity{}, "identity checksum mismatch"
+	}
+	if v := binary.LittleEndian.Uint32(b[8:12]); v != identityVersion {
+		return xa.LogIdentity{}, fmt.Sprintf("unknown identity version %d", v)
+	}
+	var li xa.LogIdentity
+	if err := li.UnmarshalBinary(b[fixed:end]); err != nil {
+		return xa.LogIdentity{}, err.Error()
+	}
+	return li, ""
 }
 
 // commitKey returns the text of id, the global id of the encoded commit

@@ -112,8 +112,24 @@ func TestDecodedKeys(t *testing.T) {
 		}
 		h := heurRec(i, xa.OutcomeCommit)
 		p, _ = h.MarshalBinary()
-		if d, _ := decodePayload(RecordHeuristic, p); d.key != h.XID.String() {
-			t.Fatalf("heuristic key %q, want %q", d.key, h.XID.String())
+		if d, _ := decodePayload(RecordHeuristic, p); d.hkey != (hkey{h.RM, h.XID.String()}) {
+			t.Fatalf("heuristic key %q, want %q", d.hkey, h.XID.String())
+		}
+		p, _ = encodeClear(h.RM, h.XID)
+		if d, _ := decodePayload(RecordClear, p); d.hkey != (hkey{h.RM, h.XID.String()}) {
+			t.Fatalf("clear key %q, want %q", d.hkey, h.XID.String())
+		}
+		a := abortRec(i)
+		p, _ = a.MarshalBinary()
+		if d, _ := decodePayload(RecordAbort, p); d.key != a.ID.String() {
+			t.Fatalf("abort key %q, want %q", d.key, a.ID.String())
+		}
+		if d, _ := decodePayload(RecordForgetAbort, []byte(a.ID.String())); d.key != a.ID.String() {
+			t.Fatalf("forget-abort key %q, want %q", d.key, a.ID.String())
+		}
+		p, _ = encodeDelegation(xa.Delegation{Participant: h.RM, Logged: testStart})
+		if d, _ := decodePayload(RecordDelegation, p); d.key != h.RM || !d.delegation.Logged.Equal(testStart) {
+			t.Fatalf("delegation key %q %v, want %q", d.key, d.delegation.Logged, h.RM)
 		}
 	}
 }

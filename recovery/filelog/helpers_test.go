@@ -40,9 +40,12 @@ func commitRec(id xa.GlobalID, n int) xa.CommitRecord {
 	return rec
 }
 
-func heurRec(i int, action xa.Outcome) xa.HeuristicRecord {
+func heurRec(i int, action xa.Outcome) xa.HeuristicRecord { return heurRecOn("db-0", i, action) }
+
+// heurRecOn is heurRec on participant rm.
+func heurRecOn(rm string, i int, action xa.Outcome) xa.HeuristicRecord {
 	return xa.HeuristicRecord{
-		RM:     "db-0",
+		RM:     rm,
 		XID:    gid(i).Branch(0),
 		Action: action,
 		Forced: i%2 == 0,
@@ -88,13 +91,67 @@ func heurSet(t tb, recs []xa.HeuristicRecord) []string {
 	return out
 }
 
+// testStart is the time of the tests' clock: gid(i) begins at or after it,
+// so that no commit record of the tests is ever too late.
+var testStart = time.UnixMilli(1_700_000_000_000)
+
+// testIdent is the identity of the tests' logs.
+var testIdent = xa.LogIdentity{ID: 0x5eed0f10ca1106, Node: "node-1", Created: time.Unix(0, testStart.Add(-time.Hour).UnixNano()),
+	Timeout: 30 * time.Second, Grace: 10 * time.Minute}
+
+// withClock sets a clock that stays at testStart, unless opts has one.
+func withClock(opts Options) Options {
+	if opts.Now == nil {
+		opts.Now = func() time.Time { return testStart }
+	}
+	return opts
+}
+
+// mustCreate creates a log with testIdent in dir.
+func mustCreate(t testing.TB, dir string, opts Options) *Log {
+	t.Helper()
+	l, err := Create(dir, testIdent, withClock(opts))
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return l
+}
+
 func mustOpen(t testing.TB, dir string, opts Options) *Log {
 	t.Helper()
-	l, err := Open(dir, opts)
+	l, err := Open(dir, withClock(opts))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	return l
+}
+
+// closeOnce closes l unless it is closed already.
+func (l *Log) closeOnce(t testing.TB) {
+	t.Helper()
+	if err := l.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// manualClock is a settable clock for Options.Now.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newManualClock() *manualClock { return &manualClock{t: testStart} }
+
+func (c *manualClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *manualClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
 }
 
 func mustClose(t testing.TB, l *Log) {
@@ -135,6 +192,11 @@ func dirHashes(t testing.TB, dir string) map[string][32]byte {
 		out[de.Name()] = sha256.Sum256(b)
 	}
 	return out
+}
+
+// abortRec returns an abort record for gid(i).
+func abortRec(i int) xa.AbortRecord {
+	return xa.AbortRecord{ID: gid(i), Reason: fmt.Sprintf("presumed abort %d", i)}
 }
 
 // copyLog copies the segment files of src into a new directory.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 
 	"github.com/xadb/xa/xa"
 )
@@ -12,18 +11,23 @@ import (
 // Report is what Verify found.
 type Report struct {
 	Dir string
+	// Identity is the log's identity, when IDENTITY is sound (zero
+	// otherwise: Corruption then says why).
+	Identity xa.LogIdentity
 	// InUse is set when another process had the log open during the
 	// check: a torn tail may then be a write in progress.
 	InUse          bool
 	Segments       []SegmentReport
 	Records        RecordCounts // valid records, by type, dead ones included
 	LiveCommits    int          // commit records not forgotten
+	LiveAborts     int          // abort records not forgotten
+	Delegations    int          // participants delegated to
 	LiveHeuristics int          // heuristic records not cleared
 	// TornTail is the incomplete write at the end of the last segment
 	// that Open would cut off, or nil.
 	TornTail *TornTail
-	// Corruption lists every damaged spot that is not a torn tail. Open
-	// refuses a log with any.
+	// Corruption lists every damaged spot that is not a torn tail, a
+	// missing or damaged IDENTITY first. Open refuses a log with any.
 	Corruption []CorruptError
 }
 
@@ -37,20 +41,55 @@ type SegmentReport struct {
 
 // RecordCounts counts records by type.
 type RecordCounts struct {
-	Commit, Forget, Heuristic, Clear int
+	Commit, Forget, Heuristic, Clear, Abort, ForgetAbort, Delegation int
+}
+
+func (c *RecordCounts) add(t RecordType) {
+	switch t {
+	case RecordCommit:
+		c.Commit++
+	case RecordForget:
+		c.Forget++
+	case RecordHeuristic:
+		c.Heuristic++
+	case RecordClear:
+		c.Clear++
+	case RecordAbort:
+		c.Abort++
+	case RecordForgetAbort:
+		c.ForgetAbort++
+	case RecordDelegation:
+		c.Delegation++
+	}
+}
+
+// Total returns the number of records counted.
+func (c RecordCounts) Total() int {
+	return c.Commit + c.Forget + c.Heuristic + c.Clear + c.Abort + c.ForgetAbort + c.Delegation
 }
 
 // Entry is one valid record, as Dump shows it.
 type Entry struct {
-	Segment   uint64
-	File      string
-	Offset    int64 // of the record's frame in File
-	Size      int   // of the frame
-	Type      RecordType
-	Commit    xa.CommitRecord    // Type == RecordCommit
-	ID        xa.GlobalID        // RecordCommit and RecordForget
-	Heuristic xa.HeuristicRecord // RecordHeuristic
-	XID       xa.XID             // RecordHeuristic and RecordClear
+	Segment uint64 // 0 for the identity
+	File    string
+	Offset  int64 // of the record's frame in File
+	Size    int   // of the frame
+	Type    RecordType
+	// Live says whether the record is part of the log's final state: a
+	// commit, abort or heuristic record not forgotten, cleared or
+	// replaced, a delegation (the first of a participant), the identity.
+	// Of a record that compaction copied forward, only the newest copy is
+	// live. Open, ReadSnapshot and Dump compute it with the same replay.
+	// Forget and clear records are never live.
+	Live       bool
+	Identity   xa.LogIdentity     // RecordIdentity
+	Commit     xa.CommitRecord    // RecordCommit
+	ID         xa.GlobalID        // RecordCommit, RecordForget, RecordAbort, RecordForgetAbort
+	Heuristic  xa.HeuristicRecord // RecordHeuristic
+	XID        xa.XID             // RecordHeuristic and RecordClear
+	RM         string             // RecordHeuristic and RecordClear: the participant
+	Abort      xa.AbortRecord     // RecordAbort
+	Delegation xa.Delegation      // RecordDelegation
 }
 
 // Verify checks the log in dir without modifying anything and reports what
@@ -60,72 +99,83 @@ type Entry struct {
 //
 // The error wraps ErrCorrupt (as a *CorruptError for the first damaged
 // spot) when Report.Corruption is not empty; the report is complete then
-// too. Other errors mean the log could not be read.
+// too. It wraps ErrNoLog when dir holds no log (and fs.ErrNotExist when dir
+// is missing). Other errors mean the log could not be read.
 func Verify(dir string) (Report, error) {
 	r := Report{Dir: dir}
-	st := newState()
-	res, inUse, err := inspect(dir, func(seg uint64, _ string, _ int64, t RecordType, d decoded, _ []byte) error {
-		switch t {
-		case RecordCommit:
-			r.Records.Commit++
-		case RecordForget:
-			r.Records.Forget++
-		case RecordHeuristic:
-			r.Records.Heuristic++
-		case RecordClear:
-			r.Records.Clear++
-		}
-		st.apply(t, &d, nil, seg)
-		return nil
+	rp, inUse, err := inspect(dir, func(_ uint64, _ string, _ int64, t RecordType, _ *decoded, _ []byte, _ *liveRecord) {
+		r.Records.add(t)
 	})
 	r.InUse = inUse
 	if err != nil {
 		return r, err
 	}
-	for _, s := range res.segments {
+	r.Identity = rp.ident
+	for _, s := range rp.res.segments {
 		r.Segments = append(r.Segments, SegmentReport{File: s.name, Number: s.num, Size: s.size, Records: s.records})
 	}
-	r.LiveCommits = len(st.commits)
-	for _, hs := range st.heuristics {
-		r.LiveHeuristics += len(hs)
-	}
-	r.TornTail = res.torn
-	r.Corruption = res.corrupt
-	return r, res.firstCorruption()
+	r.LiveCommits = len(rp.st.commits)
+	r.LiveAborts = len(rp.st.aborts)
+	r.Delegations = len(rp.st.delegations)
+	r.LiveHeuristics = rp.st.heuristicCount()
+	r.TornTail = rp.res.torn
+	r.Corruption = rp.res.corrupt
+	return r, rp.res.firstCorruption()
 }
 
-// Dump calls fn for every valid record of the log in dir, in log order,
-// without modifying anything (locking as Verify does). It stops at the
-// first error from fn and returns it. Records past a corrupt spot are shown
-// too; Dump then returns an error wrapping ErrCorrupt at the end. A torn
-// tail is not an error (Verify reports it).
+// Dump calls fn for the identity (an Entry of type RecordIdentity, when
+// IDENTITY is sound) and then for every valid record of the log in dir, in
+// log order, each marked Live or not by the replay Open does, without
+// modifying anything (locking as Verify does). It reads the whole log
+// before the first call. It stops at the first error from fn and returns
+// it. Records past a corrupt spot are shown too; Dump then returns an
+// error wrapping ErrCorrupt at the end. A torn tail is not an error (Verify
+// reports it).
 func Dump(dir string, fn func(Entry) error) error {
-	res, _, err := inspect(dir, func(seg uint64, name string, off int64, t RecordType, d decoded, frame []byte) error {
-		return fn(Entry{
+	var entries []Entry
+	var live []*liveRecord
+	rp, _, err := inspect(dir, func(seg uint64, name string, off int64, t RecordType, d *decoded, frame []byte, r *liveRecord) {
+		entries = append(entries, Entry{
 			Segment: seg, File: name, Offset: off, Size: len(frame), Type: t,
-			Commit: d.commit, ID: d.id, Heuristic: d.heuristic, XID: d.xid,
+			Commit: d.commit, ID: d.id, Heuristic: d.heuristic, XID: d.xid, RM: d.rm,
+			Abort: d.abort, Delegation: d.delegation,
 		})
+		live = append(live, r)
 	})
 	if err != nil {
 		return err
 	}
-	return res.firstCorruption()
+	if rp.hasIdent {
+		e := Entry{File: identityName, Size: rp.identLen, Type: RecordIdentity, Live: true, Identity: rp.ident}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	for i, e := range entries {
+		e.Live = live[i] != nil && !live[i].dead
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return rp.res.firstCorruption()
 }
 
-func inspect(dir string, visit visitFunc) (scanResult, bool, error) {
-	if _, err := os.Stat(dir); err != nil {
-		return scanResult{}, false, fmt.Errorf("filelog: %w", err)
+// inspect replays the log in dir under a shared lock when it can get one,
+// and reports whether another process had the log open.
+func inspect(dir string, fn recordFunc) (*replayed, bool, error) {
+	if err := statLogDir(dir); err != nil {
+		return nil, false, err
 	}
 	lock, inUse, err := lockShared(dir)
 	if err != nil {
-		return scanResult{}, false, err
+		return nil, false, err
 	}
 	if lock != nil {
 		defer lock.Close()
 	}
-	res, err := scanLog(dir, visit)
+	rp, err := replayLog(dir, fn)
 	if err != nil && inUse && errors.Is(err, fs.ErrNotExist) {
 		err = fmt.Errorf("filelog: the log changed while it was read (another process has it open); try again: %w", err)
 	}
-	return res, inUse, err
+	return rp, inUse, err
 }

@@ -2,7 +2,11 @@ package filelog
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"maps"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/xadb/xa/xa"
@@ -11,10 +15,11 @@ import (
 func TestVerifyAndDump(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	l := mustOpen(t, dir, Options{})
+	l := mustCreate(t, dir, Options{})
 	steps := []step{
 		{op: "commit", i: 1, n: 2}, {op: "commit", i: 2, n: 1}, {op: "heuristic", i: 3, act: xa.OutcomeCommit},
 		{op: "commit", i: 4, n: 3}, {op: "clear", i: 3}, {op: "commit", i: 5, n: 1},
+		{op: "abort", i: 7}, {op: "delegation", rm: "maria"}, {op: "abort", i: 8},
 		{op: "forget", i: 2}, {op: "heuristic", i: 6, act: xa.OutcomeRollback},
 	}
 	// The forget rides the last group: nothing is written after it.
@@ -35,8 +40,8 @@ func TestVerifyAndDump(t *testing.T) {
 	if err := Dump(dir, func(e Entry) error { types = append(types, e.Type); return nil }); err != nil {
 		t.Fatalf("Dump of an open log: %v", err)
 	}
-	if len(types) < len(steps) {
-		t.Errorf("Dump of an open log shows %d records, want at least %d", len(types), len(steps))
+	if len(types) < len(steps)+1 {
+		t.Errorf("Dump of an open log shows %d entries, want at least %d", len(types), len(steps)+1)
 	}
 	if !maps.Equal(before, dirHashes(t, dir)) {
 		t.Fatal("Verify or Dump modified an open log")
@@ -47,9 +52,13 @@ func TestVerifyAndDump(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := RecordCounts{Commit: 4, Forget: 1, Heuristic: 2, Clear: 1}
-	if rep.InUse || rep.Records != want || rep.LiveCommits != 3 || rep.LiveHeuristics != 1 || rep.TornTail != nil || len(rep.Corruption) != 0 {
-		t.Errorf("Verify = %+v; want counts %+v, 3 live commits, 1 live heuristic, no damage", rep, want)
+	want := RecordCounts{Commit: 4, Forget: 1, Heuristic: 2, Clear: 1, Abort: 2, Delegation: 1}
+	if rep.InUse || rep.Records != want || rep.LiveCommits != 3 || rep.LiveHeuristics != 1 || rep.LiveAborts != 2 ||
+		rep.Delegations != 1 || rep.TornTail != nil || len(rep.Corruption) != 0 {
+		t.Errorf("Verify = %+v; want counts %+v, 3 live commits, 1 live heuristic, 2 aborts, 1 delegation, no damage", rep, want)
+	}
+	if !sameIdentity(rep.Identity, testIdent) {
+		t.Errorf("Verify: identity %+v, want %+v", rep.Identity, testIdent)
 	}
 	n := 0
 	for _, s := range rep.Segments {
@@ -58,18 +67,23 @@ func TestVerifyAndDump(t *testing.T) {
 			t.Errorf("segment %+v", s)
 		}
 	}
-	if n != 8 {
-		t.Errorf("segments hold %d records, want 8", n)
+	if n != len(steps) || rep.Records.Total() != n {
+		t.Errorf("segments hold %d records, Total says %d, want %d", n, rep.Records.Total(), len(steps))
 	}
 
-	// Dump: every record in order, with positions and payloads.
+	// Dump: the identity, then every record in order, with positions,
+	// payloads and liveness.
 	var got []Entry
 	if err := Dump(dir, func(e Entry) error { got = append(got, e); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 8 {
-		t.Fatalf("Dump shows %d records, want 8", len(got))
+	if len(got) != len(steps)+1 {
+		t.Fatalf("Dump shows %d entries, want %d", len(got), len(steps)+1)
 	}
+	if e := got[0]; e.Type != RecordIdentity || e.File != identityName || !e.Live || !sameIdentity(e.Identity, testIdent) {
+		t.Errorf("first entry %+v, want the identity", e)
+	}
+	got = got[1:]
 	for i, e := range got {
 		if i > 0 {
 			p := got[i-1]
@@ -80,17 +94,26 @@ func TestVerifyAndDump(t *testing.T) {
 			t.Errorf("first record at offset %d", e.Offset)
 		}
 	}
-	if e := got[0]; e.Type != RecordCommit || enc(t, e.Commit) != enc(t, commitRec(gid(1), 2)) || e.ID != gid(1) {
-		t.Errorf("first entry %+v", e)
+	if e := got[0]; e.Type != RecordCommit || enc(t, e.Commit) != enc(t, commitRec(gid(1), 2)) || e.ID != gid(1) || !e.Live {
+		t.Errorf("first record %+v", e)
 	}
-	if e := got[2]; e.Type != RecordHeuristic || enc(t, e.Heuristic) != enc(t, heurRec(3, xa.OutcomeCommit)) || !e.XID.Equal(gid(3).Branch(0)) {
-		t.Errorf("third entry %+v", e)
+	if e := got[1]; e.Type != RecordCommit || e.ID != gid(2) || e.Live {
+		t.Errorf("second record %+v; want the forgotten commit, not live", e)
 	}
-	if e := got[4]; e.Type != RecordClear || !e.XID.Equal(gid(3).Branch(0)) {
-		t.Errorf("fifth entry %+v", e)
+	if e := got[2]; e.Type != RecordHeuristic || enc(t, e.Heuristic) != enc(t, heurRec(3, xa.OutcomeCommit)) || !e.XID.Equal(gid(3).Branch(0)) || e.RM != "db-0" || e.Live {
+		t.Errorf("third record %+v; want the cleared heuristic", e)
 	}
-	if e := got[6]; e.Type != RecordForget || e.ID != gid(2) {
-		t.Errorf("seventh entry %+v", e)
+	if e := got[4]; e.Type != RecordClear || !e.XID.Equal(gid(3).Branch(0)) || e.RM != "db-0" || e.Live {
+		t.Errorf("fifth record %+v", e)
+	}
+	if e := got[6]; e.Type != RecordAbort || e.ID != gid(7) || e.Abort.ID != gid(7) || !e.Abort.Logged.Equal(testStart) || !e.Live {
+		t.Errorf("seventh record %+v", e)
+	}
+	if e := got[7]; e.Type != RecordDelegation || e.Delegation.Participant != "maria" || !e.Delegation.Logged.Equal(testStart) || !e.Live {
+		t.Errorf("eighth record %+v", e)
+	}
+	if e := got[9]; e.Type != RecordForget || e.ID != gid(2) || e.Live {
+		t.Errorf("tenth record %+v", e)
 	}
 
 	// Dump stops at the callback's error.
@@ -104,10 +127,85 @@ func TestVerifyAndDump(t *testing.T) {
 var errStopTest = &CorruptError{Reason: "not really"}
 
 func TestVerifyMissingDir(t *testing.T) {
-	if _, err := Verify(t.TempDir() + "/nope"); err == nil {
-		t.Error("Verify of a missing directory succeeded")
+	missing := filepath.Join(t.TempDir(), "nope")
+	if _, err := Verify(missing); !errors.Is(err, ErrNoLog) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Verify of a missing directory: %v, want ErrNoLog and fs.ErrNotExist", err)
 	}
-	if err := Dump(t.TempDir()+"/nope", func(Entry) error { return nil }); err == nil {
-		t.Error("Dump of a missing directory succeeded")
+	if err := Dump(missing, func(Entry) error { return nil }); !errors.Is(err, ErrNoLog) {
+		t.Errorf("Dump of a missing directory: %v, want ErrNoLog", err)
+	}
+	if _, err := ReadSnapshot(missing); !errors.Is(err, ErrNoLog) {
+		t.Errorf("ReadSnapshot of a missing directory: %v, want ErrNoLog", err)
+	}
+	empty := t.TempDir()
+	if _, err := Verify(empty); !errors.Is(err, ErrNoLog) {
+		t.Errorf("Verify of an empty directory: %v, want ErrNoLog", err)
+	}
+	if entries, _ := os.ReadDir(empty); len(entries) != 0 {
+		t.Errorf("Verify created %v", entries)
+	}
+}
+
+// TestDumpLiveAcrossCompaction: when compaction has copied a record forward
+// and the old segment is still there (its removal failed, or a crash came
+// first), Dump marks the copy live and the original not; once the record
+// is forgotten, neither.
+func TestDumpLiveAcrossCompaction(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	h := &hookFS{}
+	h.setHook(func(op, name string, p []byte, off int64) error {
+		if op == "remove" && name == segmentName(1) {
+			return errors.New("injected: segment 1 stays")
+		}
+		return nil
+	})
+	l := mustCreate(t, dir, Options{fs: h, NoSync: true, SegmentSize: 1024})
+	apply(t, ctx, l, step{op: "commit", i: 1, n: 2})
+	apply(t, ctx, l, step{op: "abort", i: 2})
+	apply(t, ctx, l, step{op: "delegation", rm: "maria"})
+	apply(t, ctx, l, step{op: "heuristic", i: 3, act: xa.OutcomeRollback})
+	// Fill and rotate until the live records of segment 1 have been
+	// copied forward.
+	for i := 10; len(segFiles(t, dir)) < minSegments+3; i++ {
+		apply(t, ctx, l, step{op: "commit", i: i, n: 3})
+		apply(t, ctx, l, step{op: "forget", i: i})
+	}
+	mustClose(t, l)
+	if _, err := os.Stat(filepath.Join(dir, segmentName(1))); err != nil {
+		t.Fatal(err)
+	}
+	count := func() (copies map[RecordType]int, live map[RecordType]int) {
+		copies, live = map[RecordType]int{}, map[RecordType]int{}
+		if err := Dump(dir, func(e Entry) error {
+			if e.ID == gid(1) || e.ID == gid(2) || e.Type == RecordDelegation || e.Type == RecordHeuristic {
+				if e.Type != RecordForget && e.Type != RecordForgetAbort {
+					copies[e.Type]++
+				}
+				if e.Live {
+					live[e.Type]++
+					if e.Segment == 1 {
+						t.Errorf("%v record in segment 1 is marked live, its copy is newer", e.Type)
+					}
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return copies, live
+	}
+	copies, live := count()
+	for _, typ := range []RecordType{RecordCommit, RecordAbort, RecordDelegation, RecordHeuristic} {
+		if copies[typ] < 2 || live[typ] != 1 {
+			t.Errorf("%v: %d copies, %d live; want at least 2 copies, 1 live", typ, copies[typ], live[typ])
+		}
+	}
+	l = mustOpen(t, dir, Options{NoSync: true})
+	apply(t, ctx, l, step{op: "forget", i: 1})
+	apply(t, ctx, l, step{op: "clear", i: 3})
+	mustClose(t, l)
+	if _, live := count(); live[RecordCommit] != 0 || live[RecordHeuristic] != 0 || live[RecordAbort] != 1 || live[RecordDelegation] != 1 {
+		t.Errorf("after forget and clear: live %v; want the abort and the delegation only", live)
 	}
 }

@@ -1,13 +1,12 @@
 package filelog
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +17,8 @@ import (
 // Errors. Test with errors.Is.
 var (
 	// ErrCorrupt is wrapped (by a *CorruptError naming the file and byte
-	// offset) when the log is damaged beyond a torn tail.
+	// offset) when the log is damaged beyond a torn tail, including a
+	// missing or damaged IDENTITY in a directory that holds segments.
 	ErrCorrupt = errors.New("filelog: corrupt log")
 
 	// ErrLocked: another Log, in this process or another, has the
@@ -31,13 +31,29 @@ var (
 	// ErrFailed: a write or sync failed earlier and the log has stopped
 	// (fail-stop). Every later call fails; reopen the log to recover.
 	ErrFailed = errors.New("filelog: log failed")
+
+	// ErrNoLog: the directory holds no log (no IDENTITY and no segment),
+	// or does not exist (the error then wraps fs.ErrNotExist too). Open
+	// never creates a log; Create does.
+	ErrNoLog = errors.New("filelog: no decision log")
+
+	// ErrExist: Create was given a directory that holds a log already.
+	ErrExist = errors.New("filelog: a decision log exists already")
+
+	// ErrRetained: ForgetAbort was refused because the abort record is
+	// younger than xa.AbortRetention by the log's clock. The record stays.
+	ErrRetained = errors.New("filelog: abort record still within its retention")
+
+	// ErrReadOnly: a write to a Snapshot.
+	ErrReadOnly = errors.New("filelog: read-only snapshot of the decision log")
 )
 
 // DefaultSegmentSize is the segment size used when Options.SegmentSize is
 // zero.
 const DefaultSegmentSize = 4 << 20
 
-// Options configure Open. The zero value is the production setting.
+// Options configure Create and Open. The zero value is the production
+// setting.
 type Options struct {
 	// SegmentSize is the size beyond which the active segment is closed
 	// and a new one started (default DefaultSegmentSize). Records are
@@ -46,6 +62,13 @@ type Options struct {
 
 	// NoSync skips every fsync. For tests only: nothing is durable.
 	NoSync bool
+
+	// Now is the log's clock (default time.Now). LogCommit refuses a
+	// decision past its transaction's Begin + Timeout by it, LogAbort and
+	// LogDelegation stamp their records with it, and ForgetAbort measures
+	// retention with it. The coordinator runs in the process that has the
+	// log open, so this is the coordinator's clock. Tests may set it.
+	Now func() time.Time
 
 	// OnSync, if set, is called on the writer goroutine after each group
 	// of appended records has been written and synced, with the group's
@@ -67,6 +90,8 @@ type Options struct {
 type Log struct {
 	dir    string
 	opts   Options
+	ident  xa.LogIdentity
+	now    func() time.Time
 	logger *slog.Logger
 	fs     fileSystem
 	lock   *os.File
@@ -74,10 +99,14 @@ type Log struct {
 	kick    chan struct{} // wakes the writer; capacity 1
 	stopped chan struct{} // closed when the writer has returned
 
-	mu      sync.Mutex
-	st      state
-	first   uint64 // oldest segment on disk
-	queue   []*op  // appended, not yet written
+	mu    sync.Mutex
+	st    state
+	first uint64 // oldest segment on disk
+	queue []*op  // appended, not yet written
+	// pending counts the commit and abort records by global id that are
+	// queued or being written: not yet applied to st. The fence checks
+	// them together with st.
+	pending map[string]*pend
 	waiting *group // the callers of the durable records in queue, if any
 	failed  error  // set once, wraps ErrFailed
 	closed  bool
@@ -93,6 +122,9 @@ type Log struct {
 
 	syncs atomic.Int64
 }
+
+// pend counts the records of one global id on their way to disk.
+type pend struct{ commits, aborts int }
 
 // op is one record on its way to disk.
 type op struct {
@@ -115,9 +147,160 @@ func (g *group) finish(err error) {
 	}
 }
 
-var _ xa.DecisionLog = (*Log)(nil)
+var _ xa.RecoveryLog = (*Log)(nil)
 
-// Open opens the log in dir, creating dir if it is missing, and replays it.
+func newLog(dir string, opts Options) *Log {
+	if opts.SegmentSize <= 0 {
+		opts.SegmentSize = DefaultSegmentSize
+	}
+	l := &Log{
+		dir:     dir,
+		opts:    opts,
+		now:     opts.Now,
+		logger:  opts.Logger,
+		fs:      opts.fs,
+		kick:    make(chan struct{}, 1),
+		stopped: make(chan struct{}),
+		st:      newState(),
+		pending: make(map[string]*pend),
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	if l.logger == nil {
+		l.logger = slog.New(slog.DiscardHandler)
+	}
+	if l.fs == nil {
+		l.fs = osFS{}
+	}
+	return l
+}
+
+// Create creates a new, empty log with identity ident in dir, creating dir
+// if it is missing, and opens it. It fails with an error wrapping ErrExist
+// when dir holds a log already (an IDENTITY or any segment file).
+//
+// The first segment is made durable first, then IDENTITY (written to a
+// temporary file, synced, renamed, directory synced): a log exists once its
+// IDENTITY does. A Create interrupted before that leaves a single empty
+// segment and no IDENTITY; Open refuses that directory, and Create takes it
+// over, since a segment without a single record holds no decision.
+func Create(dir string, ident xa.LogIdentity, opts Options) (*Log, error) {
+	idBytes, err := ident.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("filelog: create: %w", err)
+	}
+	// The identity as it reads back from disk, so that Identity() is the
+	// same before and after a reopen.
+	var stored xa.LogIdentity
+	if err := stored.UnmarshalBinary(idBytes); err != nil {
+		return nil, fmt.Errorf("filelog: create: the identity does not read back: %w", err)
+	}
+	l := newLog(dir, opts)
+	if err := l.makeDir(); err != nil {
+		return nil, err
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Log, error) {
+		lock.Close()
+		return nil, err
+	}
+	if err := checkNoLog(dir); err != nil {
+		return fail(err)
+	}
+	_, tmp, err := listSegments(dir)
+	if err != nil {
+		return fail(err)
+	}
+	for _, name := range tmp {
+		if err := l.fs.Remove(filepath.Join(dir, name)); err != nil {
+			return fail(fmt.Errorf("filelog: removing leftover %s: %w", name, err))
+		}
+	}
+	f, err := l.createSegment(1)
+	if err != nil {
+		return fail(err)
+	}
+	if err := l.writeIdentity(idBytes); err != nil {
+		f.Close()
+		return fail(err)
+	}
+	l.ident = stored
+	l.first, l.active, l.activeNum, l.activeSize, l.allocated = 1, f, 1, headerSize, headerSize
+	l.st.seg(1).size = headerSize
+	l.lock = lock
+	recordHolder(lock)
+	l.logger.Info("decision log created", "dir", dir, "id", stored.ID, "node", stored.Node,
+		"timeout", stored.Timeout, "grace", stored.Grace)
+	go l.run()
+	return l, nil
+}
+
+// checkNoLog returns an error wrapping ErrExist when dir holds a log: an
+// IDENTITY, or any segment but the single empty first segment that an
+// interrupted Create leaves.
+func checkNoLog(dir string) error {
+	if _, err := os.Lstat(filepath.Join(dir, identityName)); err == nil {
+		return fmt.Errorf("%w: %s holds %s", ErrExist, dir, identityName)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("filelog: %w", err)
+	}
+	nums, _, err := listSegments(dir)
+	if err != nil {
+		return err
+	}
+	if len(nums) == 1 && nums[0] == 1 {
+		b, err := os.ReadFile(filepath.Join(dir, segmentName(1)))
+		if err == nil && len(b) == headerSize && checkHeader(b, 1) == "" {
+			return nil // left by an interrupted Create: no record in it
+		}
+	}
+	if len(nums) > 0 {
+		return fmt.Errorf("%w: %s holds %d segment files but no %s (a damaged log, or one from before identities); "+
+			"it is not replaced", ErrExist, dir, len(nums), identityName)
+	}
+	return nil
+}
+
+// writeIdentity writes IDENTITY durably: to a temporary file, synced,
+// renamed, directory synced.
+func (l *Log) writeIdentity(id []byte) error {
+	final := filepath.Join(l.dir, identityName)
+	tmp := final + ".tmp"
+	f, err := l.fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("filelog: creating %s: %w", identityName, err)
+	}
+	_, err = f.WriteAt(appendIdentity(nil, id), 0)
+	if err == nil && !l.opts.NoSync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = l.fs.Rename(tmp, final)
+	}
+	if err != nil {
+		l.fs.Remove(tmp)
+		return fmt.Errorf("filelog: writing %s: %w", identityName, err)
+	}
+	if !l.opts.NoSync {
+		if err := l.fs.SyncDir(l.dir); err != nil {
+			return fmt.Errorf("filelog: syncing directory after writing %s: %w", identityName, err)
+		}
+	}
+	return nil
+}
+
+// Open opens the log in dir and replays it. It creates nothing: a missing
+// directory, or one without IDENTITY and segments, fails with an error
+// wrapping ErrNoLog (and fs.ErrNotExist when dir is missing); a directory
+// with segments but no IDENTITY, or with a damaged one, fails with
+// ErrCorrupt. Create makes a log.
 //
 // It takes an exclusive lock on dir/LOCK for as long as the Log is open; a
 // second Open of the same directory, from this process or another, fails
@@ -132,27 +315,21 @@ var _ xa.DecisionLog = (*Log)(nil)
 // segment) is corruption: Open returns an error wrapping ErrCorrupt that
 // names the file and offset, and modifies no file but the lock file.
 func Open(dir string, opts Options) (*Log, error) {
-	if opts.SegmentSize <= 0 {
-		opts.SegmentSize = DefaultSegmentSize
-	}
-	l := &Log{
-		dir:     dir,
-		opts:    opts,
-		logger:  opts.Logger,
-		fs:      opts.fs,
-		kick:    make(chan struct{}, 1),
-		stopped: make(chan struct{}),
-		st:      newState(),
-	}
-	if l.logger == nil {
-		l.logger = slog.New(slog.DiscardHandler)
-	}
-	if l.fs == nil {
-		l.fs = osFS{}
-	}
-	if err := l.makeDir(); err != nil {
+	if err := statLogDir(dir); err != nil {
 		return nil, err
 	}
+	// Refuse a directory without a log before the lock file is made.
+	if _, err := os.Lstat(filepath.Join(dir, identityName)); errors.Is(err, fs.ErrNotExist) {
+		rp, err := replayLog(dir, nil)
+		if err == nil {
+			err = rp.res.firstCorruption()
+		}
+		if err == nil { // not reached: replayLog reports the missing identity
+			err = noLogError(dir, nil)
+		}
+		return nil, err
+	}
+	l := newLog(dir, opts)
 	lock, err := lockDir(dir)
 	if err != nil {
 		return nil, err
@@ -186,33 +363,21 @@ func (l *Log) makeDir() error {
 // recover replays the segments, repairs a torn tail and opens the active
 // segment.
 func (l *Log) recover() error {
-	res, err := scanLog(l.dir, func(seg uint64, _ string, _ int64, t RecordType, d decoded, frame []byte) error {
-		if t == RecordCommit || t == RecordHeuristic {
-			frame = slices.Clone(frame)
-		}
-		l.st.apply(t, &d, frame, seg)
-		return nil
-	})
+	rp, err := replayLog(l.dir, nil)
 	if err != nil {
 		return err
 	}
-	if err := res.firstCorruption(); err != nil {
+	if err := rp.res.firstCorruption(); err != nil {
 		return err
 	}
-	// The log is sound. From here on files may change.
+	// The log is sound (an identity, at least one segment). From here on
+	// files may change.
+	res := rp.res
+	l.ident, l.st = rp.ident, rp.st
 	for _, name := range res.tmpFiles {
 		if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
 			return fmt.Errorf("filelog: removing leftover %s: %w", name, err)
 		}
-	}
-	if len(res.segments) == 0 {
-		f, err := l.createSegment(1)
-		if err != nil {
-			return err
-		}
-		l.first, l.active, l.activeNum, l.activeSize, l.allocated = 1, f, 1, headerSize, headerSize
-		l.st.seg(1).size = headerSize
-		return nil
 	}
 	for _, s := range res.segments {
 		l.st.seg(s.num).size = s.end
@@ -241,8 +406,8 @@ func (l *Log) recover() error {
 	}
 	l.first = res.segments[0].num
 	l.active, l.activeNum, l.activeSize, l.allocated = f, last.num, last.end, last.end
-	l.logger.Debug("decision log opened", "dir", l.dir, "segments", len(res.segments),
-		"commits", len(l.st.commits), "heuristics", len(l.st.heuristics))
+	l.logger.Debug("decision log opened", "dir", l.dir, "id", l.ident.ID, "segments", len(res.segments),
+		"commits", len(l.st.commits), "aborts", len(l.st.aborts), "heuristics", l.st.heuristicCount())
 	return nil
 }
 
@@ -279,173 +444,6 @@ func (l *Log) createSegment(n uint64) (file, error) {
 		}
 	}
 	return f, nil
-}
-
-// LogCommit appends rec and returns nil once it is durable: written and
-// fdatasync'ed together with whatever other records were pending (group
-// commit). Until then it is invisible to Lookup and Commits. Logging an ID
-// again replaces its record.
-//
-// If ctx ends first, LogCommit returns an error wrapping ctx.Err() and
-// xa.ErrOutcomeUnknown: the record was queued and may still become
-// durable. The same holds for every other error once the record was queued
-// (a failed write or sync stops the log, see ErrFailed). Only when ctx is
-// already done on entry, or the record does not survive an encode and
-// decode round trip, is it known not to be logged.
-func (l *Log) LogCommit(ctx context.Context, rec xa.CommitRecord) error {
-	payload, err := rec.MarshalBinary()
-	if err != nil {
-		return fmt.Errorf("filelog: commit %v: %w", rec.ID, err)
-	}
-	// A record that does not read back would make the log unreadable.
-	// The codec refuses those itself; this round trip guards against a
-	// codec bug, at the price of one decode per decision.
-	var check xa.CommitRecord
-	if err := check.UnmarshalBinary(payload); err != nil {
-		return fmt.Errorf("filelog: commit %v cannot be logged, it would not decode: %w", rec.ID, err)
-	}
-	return l.appendDurable(ctx, RecordCommit, payload, decoded{id: check.ID, key: commitKey(payload, check.ID)})
-}
-
-// LogHeuristic appends h and returns once it is durable, like LogCommit.
-// The record is kept, across compaction and restarts, until ClearHeuristic
-// names its XID.
-func (l *Log) LogHeuristic(ctx context.Context, h xa.HeuristicRecord) error {
-	payload, err := h.MarshalBinary()
-	if err != nil {
-		return fmt.Errorf("filelog: heuristic %v: %w", h.XID, err)
-	}
-	// Keep the decoded form of what is on disk, so that reads give the
-	// same before and after a restart.
-	d, err := decodePayload(RecordHeuristic, payload)
-	if err != nil {
-		return fmt.Errorf("filelog: heuristic %v cannot be logged, it would not decode: %w", h.XID, err)
-	}
-	return l.appendDurable(ctx, RecordHeuristic, payload, d)
-}
-
-// ClearHeuristic drops every heuristic record of x and returns once that is
-// durable, like LogCommit.
-func (l *Log) ClearHeuristic(ctx context.Context, x xa.XID) error {
-	if err := x.Validate(); err != nil {
-		return fmt.Errorf("filelog: clear heuristic: %w", err)
-	}
-	k := x.String()
-	return l.appendDurable(ctx, RecordClear, []byte(k), decoded{xid: x, key: k})
-}
-
-// appendDurable queues a record (payload, and what the state needs of it in
-// d) and waits until it is durable or ctx ends.
-func (l *Log) appendDurable(ctx context.Context, t RecordType, payload []byte, d decoded) error {
-	if len(payload) > maxPayload {
-		return fmt.Errorf("filelog: %v %s: record of %d bytes exceeds the limit of %d", t, d.key, len(payload), maxPayload)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("filelog: %v %s not logged: %w", t, d.key, err)
-	}
-	o := &op{t: t, d: d, frame: appendFrame(nil, t, payload)}
-	l.mu.Lock()
-	if err := l.usable(); err != nil {
-		l.mu.Unlock()
-		return err
-	}
-	l.queue = append(l.queue, o)
-	g := l.waiting
-	if g == nil {
-		g = &group{done: make(chan struct{})}
-		l.waiting = g
-	}
-	l.mu.Unlock()
-	l.wake()
-	select {
-	case <-g.done:
-		if g.err != nil {
-			return fmt.Errorf("filelog: %v %s: %w", t, d.key, g.err)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("filelog: %v %s: %w (the record may still become durable): %w", t, d.key, xa.ErrOutcomeUnknown, ctx.Err())
-	}
-}
-
-// Forget drops the commit record of id. It queues a forget record and
-// returns without waiting for it to be written; the writer writes it with
-// the next group, without a sync of its own, and the next sync (of a later
-// group, a rotation or Close) makes it durable. Lookup and Commits stop
-// showing id at once. After a crash a forgotten record may come back
-// (presumed abort allows this: recovery resolves and forgets it again).
-func (l *Log) Forget(ctx context.Context, id xa.GlobalID) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("filelog: forget %v: %w", id, err)
-	}
-	if id.IsZero() {
-		return errors.New("filelog: forget: zero global id")
-	}
-	k := id.String()
-	o := &op{t: RecordForget, d: decoded{id: id, key: k}, frame: appendFrame(nil, RecordForget, []byte(k))}
-	l.mu.Lock()
-	if err := l.usable(); err != nil {
-		l.mu.Unlock()
-		return err
-	}
-	l.st.forget(k)
-	l.queue = append(l.queue, o)
-	l.mu.Unlock()
-	l.wake()
-	return nil
-}
-
-// Lookup returns the live commit record of id, if there is one.
-func (l *Log) Lookup(ctx context.Context, id xa.GlobalID) (xa.CommitRecord, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return xa.CommitRecord{}, false, err
-	}
-	k := id.String()
-	l.mu.Lock()
-	if err := l.usable(); err != nil {
-		l.mu.Unlock()
-		return xa.CommitRecord{}, false, err
-	}
-	r := l.st.commits[k]
-	l.mu.Unlock()
-	if r == nil {
-		return xa.CommitRecord{}, false, nil
-	}
-	c, err := r.commit() // frames never change: decode without the lock
-	if err != nil {
-		return xa.CommitRecord{}, false, err
-	}
-	return c, true, nil
-}
-
-// Commits returns the live (durable, not forgotten) commit records, oldest
-// first: ordered by Logged, then by ID.
-func (l *Log) Commits(ctx context.Context) ([]xa.CommitRecord, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	l.mu.Lock()
-	if err := l.usable(); err != nil {
-		l.mu.Unlock()
-		return nil, err
-	}
-	live := l.st.liveCommits()
-	l.mu.Unlock()
-	return commitList(live) // frames never change: decode without the lock
-}
-
-// Heuristics returns the heuristic records not cleared, oldest first:
-// ordered by Time, then XID, then RM.
-func (l *Log) Heuristics(ctx context.Context) ([]xa.HeuristicRecord, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := l.usable(); err != nil {
-		return nil, err
-	}
-	return l.st.heuristicList(), nil
 }
 
 // SyncCount returns how many groups the log has written and synced since
@@ -561,6 +559,7 @@ func (l *Log) writeGroup(batch []*op, g *group) error {
 	l.mu.Lock()
 	for _, o := range batch {
 		l.st.apply(o.t, &o.d, o.frame, l.activeNum)
+		l.unpend(o)
 	}
 	l.st.seg(l.activeNum).size += int64(len(l.buf))
 	l.mu.Unlock()
@@ -656,6 +655,7 @@ func (l *Log) fail(err error, inFlight *group) {
 	failed := l.failed
 	queued := l.waiting
 	l.queue, l.waiting = nil, nil
+	clear(l.pending)
 	l.mu.Unlock()
 	l.logger.Error("decision log failed; it refuses all further calls until reopened", "dir", l.dir, "err", err)
 	inFlight.finish(fmt.Errorf("%w: %w", xa.ErrOutcomeUnknown, failed))

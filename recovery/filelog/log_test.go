@@ -15,9 +15,9 @@ import (
 	"github.com/xadb/xa/xa"
 )
 
-func TestOpenCreatesDirAndSegment(t *testing.T) {
+func TestCreate(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "log")
-	l := mustOpen(t, dir, Options{})
+	l := mustCreate(t, dir, Options{})
 	defer mustClose(t, l)
 	b, err := os.ReadFile(filepath.Join(dir, "00000000000000000001.wal"))
 	if err != nil {
@@ -29,14 +29,31 @@ func TestOpenCreatesDirAndSegment(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, lockName)); err != nil {
 		t.Fatal(err)
 	}
+	b, err = os.ReadFile(filepath.Join(dir, identityName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, bad := parseIdentity(b); bad != "" || id != l.Identity() {
+		t.Fatalf("IDENTITY holds %+v (%s), the log says %+v", id, bad, l.Identity())
+	}
+	if !sameIdentity(l.Identity(), testIdent) {
+		t.Fatalf("Identity() = %+v, want %+v", l.Identity(), testIdent)
+	}
+}
+
+func sameIdentity(a, b xa.LogIdentity) bool {
+	return a.ID == b.ID && a.Node == b.Node && a.Created.Equal(b.Created) && a.Timeout == b.Timeout && a.Grace == b.Grace
 }
 
 func TestSecondOpenIsLocked(t *testing.T) {
 	dir := t.TempDir()
-	l := mustOpen(t, dir, Options{NoSync: true})
+	l := mustCreate(t, dir, Options{NoSync: true})
 	_, err := Open(dir, Options{NoSync: true})
 	if !errors.Is(err, ErrLocked) {
 		t.Fatalf("second Open: %v, want ErrLocked", err)
+	}
+	if _, err := Create(dir, testIdent, Options{NoSync: true}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Create of an open log: %v, want ErrLocked", err)
 	}
 	mustClose(t, l)
 	l = mustOpen(t, dir, Options{NoSync: true}) // released by Close
@@ -45,10 +62,18 @@ func TestSecondOpenIsLocked(t *testing.T) {
 
 // step is one operation in a table test.
 type step struct {
-	op  string // commit, forget, heuristic, clear
+	op  string // commit, forget, heuristic, clear, abort, forget-abort, delegation
 	i   int    // record index
 	n   int    // branches (commit)
 	act xa.Outcome
+	rm  string // heuristic, clear, delegation; "" is db-0
+}
+
+func (s step) participant() string {
+	if s.rm == "" {
+		return "db-0"
+	}
+	return s.rm
 }
 
 func apply(t *testing.T, ctx context.Context, l *Log, s step) {
@@ -60,9 +85,15 @@ func apply(t *testing.T, ctx context.Context, l *Log, s step) {
 	case "forget":
 		err = l.Forget(ctx, gid(s.i))
 	case "heuristic":
-		err = l.LogHeuristic(ctx, heurRec(s.i, s.act))
+		err = l.LogHeuristic(ctx, heurRecOn(s.participant(), s.i, s.act))
 	case "clear":
-		err = l.ClearHeuristic(ctx, gid(s.i).Branch(0))
+		err = l.ClearHeuristic(ctx, s.participant(), gid(s.i).Branch(0))
+	case "abort":
+		err = l.LogAbort(ctx, abortRec(s.i))
+	case "forget-abort":
+		err = l.ForgetAbort(ctx, gid(s.i))
+	case "delegation":
+		err = l.LogDelegation(ctx, s.participant())
 	default:
 		t.Fatalf("bad op %q", s.op)
 	}
@@ -119,12 +150,32 @@ func TestLiveSet(t *testing.T) {
 			name:  "clear of an unknown xid",
 			steps: []step{{op: "clear", i: 7}},
 		},
+		{
+			name: "one xid on two participants: two records, clear drops one participant's",
+			steps: []step{
+				{op: "heuristic", i: 5, act: xa.OutcomeRollback, rm: "maria"}, {op: "heuristic", i: 5, act: xa.OutcomeCommit, rm: "pg"},
+				{op: "heuristic", i: 5, act: xa.OutcomeCommit, rm: "maria"}, {op: "clear", i: 5, rm: "maria"},
+			},
+			heuristics: []xa.HeuristicRecord{heurRecOn("pg", 5, xa.OutcomeCommit)},
+		},
+		{
+			name: "the same heuristic record logged twice is kept once",
+			steps: []step{
+				{op: "heuristic", i: 5, act: xa.OutcomeRollback}, {op: "heuristic", i: 5, act: xa.OutcomeRollback},
+			},
+			heuristics: []xa.HeuristicRecord{heurRec(5, xa.OutcomeRollback)},
+		},
+		{
+			name:    "aborts and delegations leave commits alone",
+			steps:   []step{{op: "abort", i: 1}, {op: "commit", i: 2, n: 1}, {op: "delegation", rm: "maria"}, {op: "forget-abort", i: 3}},
+			commits: []xa.CommitRecord{commitRec(gid(2), 1)},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			dir := t.TempDir()
-			l := mustOpen(t, dir, Options{NoSync: true})
+			l := mustCreate(t, dir, Options{NoSync: true})
 			for _, s := range tt.steps {
 				apply(t, ctx, l, s)
 			}
@@ -169,7 +220,7 @@ func encList[T interface{ MarshalBinary() ([]byte, error) }](t tb, recs []T) []s
 }
 
 func TestLookupMissing(t *testing.T) {
-	l := mustOpen(t, t.TempDir(), Options{NoSync: true})
+	l := mustCreate(t, t.TempDir(), Options{NoSync: true})
 	defer mustClose(t, l)
 	if _, ok, err := l.Lookup(context.Background(), gid(1)); ok || err != nil {
 		t.Fatalf("Lookup of an id never logged: %v, %v", ok, err)
@@ -178,7 +229,7 @@ func TestLookupMissing(t *testing.T) {
 
 func TestInvalidRecordsRejected(t *testing.T) {
 	ctx := context.Background()
-	l := mustOpen(t, t.TempDir(), Options{NoSync: true})
+	l := mustCreate(t, t.TempDir(), Options{NoSync: true})
 	defer func() { mustClose(t, l) }()
 	if err := l.LogCommit(ctx, xa.CommitRecord{}); err == nil {
 		t.Error("LogCommit of a record without id succeeded")
@@ -189,8 +240,23 @@ func TestInvalidRecordsRejected(t *testing.T) {
 	if err := l.LogHeuristic(ctx, xa.HeuristicRecord{XID: gid(1).Branch(0)}); err == nil {
 		t.Error("LogHeuristic without action succeeded")
 	}
-	if err := l.ClearHeuristic(ctx, xa.XID{}); err == nil {
+	if err := l.ClearHeuristic(ctx, "db-0", xa.XID{}); err == nil {
 		t.Error("ClearHeuristic of the zero XID succeeded")
+	}
+	if err := l.ClearHeuristic(ctx, strings.Repeat("r", 2000), gid(1).Branch(0)); err == nil {
+		t.Error("ClearHeuristic with a participant name of 2000 bytes succeeded")
+	}
+	if err := l.LogAbort(ctx, xa.AbortRecord{}); err == nil {
+		t.Error("LogAbort without id succeeded")
+	}
+	if err := l.ForgetAbort(ctx, xa.GlobalID{}); err == nil {
+		t.Error("ForgetAbort of the zero id succeeded")
+	}
+	if err := l.LogDelegation(ctx, ""); err == nil {
+		t.Error("LogDelegation without a participant succeeded")
+	}
+	if err := l.LogDelegation(ctx, strings.Repeat("p", 2000)); err == nil {
+		t.Error("LogDelegation with a participant name of 2000 bytes succeeded")
 	}
 
 	// Records that would not decode must be refused (by the codec or by
@@ -221,7 +287,7 @@ func TestInvalidRecordsRejected(t *testing.T) {
 
 func TestClosed(t *testing.T) {
 	ctx := context.Background()
-	l := mustOpen(t, t.TempDir(), Options{NoSync: true})
+	l := mustCreate(t, t.TempDir(), Options{NoSync: true})
 	mustClose(t, l)
 	if err := l.LogCommit(ctx, commitRec(gid(1), 1)); !errors.Is(err, ErrClosed) {
 		t.Errorf("LogCommit after Close: %v", err)
@@ -232,6 +298,24 @@ func TestClosed(t *testing.T) {
 	if _, err := l.Commits(ctx); !errors.Is(err, ErrClosed) {
 		t.Errorf("Commits after Close: %v", err)
 	}
+	if err := l.LogAbort(ctx, abortRec(1)); !errors.Is(err, ErrClosed) {
+		t.Errorf("LogAbort after Close: %v", err)
+	}
+	if err := l.ForgetAbort(ctx, gid(1)); !errors.Is(err, ErrClosed) {
+		t.Errorf("ForgetAbort after Close: %v", err)
+	}
+	if err := l.LogDelegation(ctx, "maria"); !errors.Is(err, ErrClosed) {
+		t.Errorf("LogDelegation after Close: %v", err)
+	}
+	if _, _, err := l.LookupAbort(ctx, gid(1)); !errors.Is(err, ErrClosed) {
+		t.Errorf("LookupAbort after Close: %v", err)
+	}
+	if _, err := l.Aborts(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Aborts after Close: %v", err)
+	}
+	if _, err := l.Delegations(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Delegations after Close: %v", err)
+	}
 	if err := l.Close(); !errors.Is(err, ErrClosed) {
 		t.Errorf("second Close: %v", err)
 	}
@@ -240,7 +324,7 @@ func TestClosed(t *testing.T) {
 func TestCloseWritesQueuedForgets(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	l := mustOpen(t, dir, Options{NoSync: true})
+	l := mustCreate(t, dir, Options{NoSync: true})
 	for i := range 100 {
 		apply(t, ctx, l, step{op: "commit", i: i, n: 2})
 	}
@@ -261,7 +345,7 @@ func TestCloseWritesQueuedForgets(t *testing.T) {
 func TestGroupCommit(t *testing.T) {
 	const writers, each = 64, 20
 	var syncs, synced atomic.Int64
-	l := mustOpen(t, t.TempDir(), Options{OnSync: func(records, bytes int, d time.Duration) {
+	l := mustCreate(t, t.TempDir(), Options{OnSync: func(records, bytes int, d time.Duration) {
 		syncs.Add(1)
 		synced.Add(int64(records))
 	}})
@@ -309,7 +393,7 @@ func blockingSync(h *hookFS) (entered chan struct{}, release func()) {
 func TestContextEndsBeforeDurable(t *testing.T) {
 	h := &hookFS{}
 	dir := t.TempDir()
-	l := mustOpen(t, dir, Options{fs: h})
+	l := mustCreate(t, dir, Options{fs: h})
 	entered, release := blockingSync(h)
 	defer release()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -344,7 +428,7 @@ func TestContextEndsBeforeDurable(t *testing.T) {
 // TestForgetDoesNotWaitForSync: Forget returns while a sync is stuck.
 func TestForgetDoesNotWaitForSync(t *testing.T) {
 	h := &hookFS{}
-	l := mustOpen(t, t.TempDir(), Options{fs: h})
+	l := mustCreate(t, t.TempDir(), Options{fs: h})
 	ctx := context.Background()
 	if err := l.LogCommit(ctx, commitRec(gid(1), 2)); err != nil {
 		t.Fatal(err)
@@ -379,7 +463,7 @@ func TestForgetsAreNotSyncedOnTheirOwn(t *testing.T) {
 	ctx := context.Background()
 	h := &hookFS{}
 	dir := t.TempDir()
-	l := mustOpen(t, dir, Options{fs: h})
+	l := mustCreate(t, dir, Options{fs: h})
 	var syncs atomic.Int64
 	h.setHook(func(op, name string, p []byte, off int64) error {
 		if op == "sync" {

@@ -1,6 +1,7 @@
 package filelog
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"slices"
@@ -8,15 +9,17 @@ import (
 	"github.com/xadb/xa/xa"
 )
 
-// liveRecord is a commit or heuristic record that the log must keep: its
-// frame (for reads, and for copying it forward), the segment that holds
-// its newest copy, and for a heuristic its decoded form. Commit records
-// are decoded when read: reads are rare, writes are not.
+// liveRecord is a record that the log must keep: its frame (for reads, and
+// for copying it forward), the segment that holds its newest copy, and for
+// the small kinds its decoded form. Commit records are decoded when read:
+// reads are rare, writes are not.
 type liveRecord struct {
-	frame     []byte
-	seg       uint64
-	dead      bool // forgotten, cleared or replaced
-	heuristic xa.HeuristicRecord
+	frame      []byte
+	seg        uint64
+	dead       bool // forgotten, cleared or replaced
+	heuristic  xa.HeuristicRecord
+	abort      xa.AbortRecord
+	delegation xa.Delegation
 }
 
 // commit decodes the commit record r holds.
@@ -36,20 +39,26 @@ type segStat struct {
 }
 
 // state is the replayed log: live commits (commits minus forgets), live
+// aborts (aborts minus forget-aborts), delegations (never dead), live
 // heuristics (heuristics minus clears), and per-segment accounting for
-// compaction.
+// compaction. Open, the writer, ReadSnapshot, Verify and Dump all build it
+// with apply, so they agree on what is live.
 type state struct {
-	commits    map[string]*liveRecord   // by GlobalID text
-	heuristics map[string][]*liveRecord // by XID text
-	segs       map[uint64]*segStat
-	liveBytes  int64
+	commits     map[string]*liveRecord // by GlobalID text
+	aborts      map[string]*liveRecord // by GlobalID text
+	delegations map[string]*liveRecord // by participant
+	heuristics  map[hkey][]*liveRecord // by participant and XID text
+	segs        map[uint64]*segStat
+	liveBytes   int64
 }
 
 func newState() state {
 	return state{
-		commits:    make(map[string]*liveRecord),
-		heuristics: make(map[string][]*liveRecord),
-		segs:       make(map[uint64]*segStat),
+		commits:     make(map[string]*liveRecord),
+		aborts:      make(map[string]*liveRecord),
+		delegations: make(map[string]*liveRecord),
+		heuristics:  make(map[hkey][]*liveRecord),
+		segs:        make(map[uint64]*segStat),
 	}
 }
 
@@ -77,6 +86,12 @@ func (s *state) unlink(r *liveRecord) {
 	s.liveBytes -= int64(len(r.frame))
 }
 
+// kill marks r dead and drops it from the accounting.
+func (s *state) kill(r *liveRecord) {
+	r.dead = true
+	s.unlink(r)
+}
+
 // move records that r's newest copy is now in segment to.
 func (s *state) move(r *liveRecord, to uint64) {
 	s.unlink(r)
@@ -84,38 +99,77 @@ func (s *state) move(r *liveRecord, to uint64) {
 	s.link(r)
 }
 
-// apply replays one record written to segment seg. frame is retained for
-// live records.
-func (s *state) apply(t RecordType, d *decoded, frame []byte, seg uint64) {
+// apply replays one record written to segment seg and returns the live
+// record it made, or nil when it made none (a forget or clear, or a
+// repeated abort or delegation, which changes nothing). frame is retained
+// for live records.
+//
+// A copy that compaction wrote forward is byte for byte the record it
+// copies: it replaces that record, so the newest copy is the live one and
+// the older is dead, in every replay.
+func (s *state) apply(t RecordType, d *decoded, frame []byte, seg uint64) *liveRecord {
 	switch t {
 	case RecordCommit:
-		k := d.key
-		s.forget(k)
+		// Logging an id again replaces its record.
+		s.forget(d.key)
 		r := &liveRecord{frame: frame, seg: seg}
-		s.commits[k] = r
+		s.commits[d.key] = r
 		s.link(r)
+		return r
 	case RecordForget:
 		s.forget(d.key)
 	case RecordHeuristic:
-		k := d.key
 		r := &liveRecord{frame: frame, seg: seg, heuristic: d.heuristic}
-		s.heuristics[k] = append(s.heuristics[k], r)
-		s.link(r)
-	case RecordClear:
-		k := d.key
-		for _, r := range s.heuristics[k] {
-			r.dead = true
-			s.unlink(r)
+		rs := s.heuristics[d.hkey]
+		if i := slices.IndexFunc(rs, func(o *liveRecord) bool { return bytes.Equal(o.frame, frame) }); i >= 0 {
+			s.kill(rs[i]) // a copy replaces its original
+			rs[i] = r
+		} else {
+			s.heuristics[d.hkey] = append(rs, r)
 		}
-		delete(s.heuristics, k)
+		s.link(r)
+		return r
+	case RecordClear:
+		for _, r := range s.heuristics[d.hkey] {
+			s.kill(r)
+		}
+		delete(s.heuristics, d.hkey)
+	case RecordAbort:
+		return s.applyOnce(s.aborts, d.key, &liveRecord{frame: frame, seg: seg, abort: d.abort})
+	case RecordForgetAbort:
+		s.forgetAbort(d.key)
+	case RecordDelegation:
+		return s.applyOnce(s.delegations, d.key, &liveRecord{frame: frame, seg: seg, delegation: d.delegation})
 	}
+	return nil
+}
+
+// applyOnce adds r under k unless a record is live there already: then r
+// replaces it if it is a copy of it, and is dead otherwise (the first
+// record, with its time, stays).
+func (s *state) applyOnce(m map[string]*liveRecord, k string, r *liveRecord) *liveRecord {
+	if old := m[k]; old != nil {
+		if !bytes.Equal(old.frame, r.frame) {
+			return nil
+		}
+		s.kill(old)
+	}
+	m[k] = r
+	s.link(r)
+	return r
 }
 
 func (s *state) forget(k string) {
 	if r := s.commits[k]; r != nil {
-		r.dead = true
-		s.unlink(r)
+		s.kill(r)
 		delete(s.commits, k)
+	}
+}
+
+func (s *state) forgetAbort(k string) {
+	if r := s.aborts[k]; r != nil {
+		s.kill(r)
+		delete(s.aborts, k)
 	}
 }
 
@@ -144,6 +198,52 @@ func commitList(live []*liveRecord) ([]xa.CommitRecord, error) {
 	return out, nil
 }
 
+// lookup returns the live commit record of id.
+func (s *state) lookup(id xa.GlobalID) (xa.CommitRecord, bool, error) {
+	r := s.commits[id.String()]
+	if r == nil {
+		return xa.CommitRecord{}, false, nil
+	}
+	c, err := r.commit()
+	if err != nil {
+		return xa.CommitRecord{}, false, err
+	}
+	return c, true, nil
+}
+
+// lookupAbort returns the live abort record of id.
+func (s *state) lookupAbort(id xa.GlobalID) (xa.AbortRecord, bool) {
+	r := s.aborts[id.String()]
+	if r == nil {
+		return xa.AbortRecord{}, false
+	}
+	return r.abort, true
+}
+
+// abortList returns the live abort records, oldest (by Logged) first.
+func (s *state) abortList() []xa.AbortRecord {
+	out := make([]xa.AbortRecord, 0, len(s.aborts))
+	for _, r := range s.aborts {
+		out = append(out, r.abort)
+	}
+	slices.SortFunc(out, func(a, b xa.AbortRecord) int {
+		return cmp.Or(a.Logged.Compare(b.Logged), cmp.Compare(a.ID.String(), b.ID.String()))
+	})
+	return out
+}
+
+// delegationList returns the delegations, oldest first.
+func (s *state) delegationList() []xa.Delegation {
+	out := make([]xa.Delegation, 0, len(s.delegations))
+	for _, r := range s.delegations {
+		out = append(out, r.delegation)
+	}
+	slices.SortFunc(out, func(a, b xa.Delegation) int {
+		return cmp.Or(a.Logged.Compare(b.Logged), cmp.Compare(a.Participant, b.Participant))
+	})
+	return out
+}
+
 // heuristicList returns the live heuristic records, oldest (by Time) first.
 func (s *state) heuristicList() []xa.HeuristicRecord {
 	var out []xa.HeuristicRecord
@@ -158,6 +258,15 @@ func (s *state) heuristicList() []xa.HeuristicRecord {
 	return out
 }
 
+// heuristicCount returns the number of live heuristic records.
+func (s *state) heuristicCount() int {
+	n := 0
+	for _, rs := range s.heuristics {
+		n += len(rs)
+	}
+	return n
+}
+
 // plan chooses the segments to retire after a rotation to active, oldest
 // first (only a prefix of the log may go, or a forget could outlive its
 // commit's removal and a replay would see a gap), and the live records in
@@ -168,6 +277,9 @@ func (s *state) heuristicList() []xa.HeuristicRecord {
 // transactions still in flight, soon forgotten) and the copies stay small;
 // or, whatever it holds, when there are more segments than the live data
 // needs, which bounds the number of segments.
+//
+// Live means commit, abort and heuristic records not forgotten or cleared,
+// and every delegation: delegations are never dead.
 func (s *state) plan(first, active uint64, segmentSize int64) (retire []uint64, copies []*liveRecord) {
 	limit := minSegments + int(2*s.liveBytes/segmentSize)
 	remaining := int(active - first + 1)
@@ -187,9 +299,11 @@ func (s *state) plan(first, active uint64, segmentSize int64) (retire []uint64, 
 		return retire, nil
 	}
 	last := retire[len(retire)-1]
-	for _, r := range s.commits {
-		if r.seg <= last {
-			copies = append(copies, r)
+	for _, m := range []map[string]*liveRecord{s.commits, s.aborts, s.delegations} {
+		for _, r := range m {
+			if r.seg <= last {
+				copies = append(copies, r)
+			}
 		}
 	}
 	for _, rs := range s.heuristics {

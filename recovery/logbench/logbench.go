@@ -1,9 +1,9 @@
 // Package logbench measures decision-log throughput the way the transaction
 // manager uses a log: each decision is one LogCommit of a two-branch commit
 // record, followed by a Forget once (here: at once) the branches have
-// committed. It drives any xa.DecisionLog; DefaultStores has the two this
-// module ships (recovery/filelog and recovery/pebblelog), for `xactl bench`
-// and the benchmarks.
+// committed. It drives any Log (the commit path of an xa.DecisionLog);
+// DefaultStores has the two this module ships (recovery/filelog and
+// recovery/pebblelog), for `xactl bench` and the benchmarks.
 //
 // Measure on the disk the log will live on. A directory on tmpfs measures
 // memory, not fsync; Result.Filesystem says which it was.
@@ -28,8 +28,15 @@ import (
 	"github.com/xadb/xa/xa"
 )
 
-// Opener opens a log in dir, which exists and is empty.
-type Opener func(dir string) (xa.DecisionLog, io.Closer, error)
+// Log is the commit path of a decision log, all that the benchmark drives.
+// Every xa.DecisionLog is one; recovery/pebblelog, a baseline, is only this.
+type Log interface {
+	LogCommit(ctx context.Context, rec xa.CommitRecord) error
+	Forget(ctx context.Context, id xa.GlobalID) error
+}
+
+// Opener makes a new log in dir, which exists and is empty.
+type Opener func(dir string) (Log, io.Closer, error)
 
 // Store is a named log implementation.
 type Store struct {
@@ -40,13 +47,23 @@ type Store struct {
 // DefaultStores returns the embedded file log and Pebble, with real syncs.
 func DefaultStores() []Store {
 	return []Store{
-		{Name: "filelog", Open: func(dir string) (xa.DecisionLog, io.Closer, error) {
-			l, err := filelog.Open(dir, filelog.Options{})
-			return l, l, err
+		{Name: "filelog", Open: func(dir string) (Log, io.Closer, error) {
+			ident, err := xa.NewLogIdentity(benchNode, 0, 0, time.Now())
+			if err != nil {
+				return nil, nil, err
+			}
+			l, err := filelog.Create(dir, ident, filelog.Options{})
+			if err != nil {
+				return nil, nil, err
+			}
+			return l, l, nil
 		}},
-		{Name: "pebble", Open: func(dir string) (xa.DecisionLog, io.Closer, error) {
+		{Name: "pebble", Open: func(dir string) (Log, io.Closer, error) {
 			l, err := pebblelog.Open(dir, pebblelog.Options{})
-			return l, l, err
+			if err != nil {
+				return nil, nil, err
+			}
+			return l, l, nil
 		}},
 	}
 }
@@ -159,7 +176,7 @@ func Compare(ctx context.Context, stores []Store, writers []int, cfg Config) ([]
 
 type opened struct {
 	dir    string
-	lg     xa.DecisionLog
+	lg     Log
 	closer io.Closer
 	res    Result
 	lat    []time.Duration
@@ -231,7 +248,7 @@ func compareAt(ctx context.Context, stores []Store, writers int, parent string, 
 
 // Run makes exactly n decisions on lg with the given number of writers (for
 // testing.B loops) and returns the LogCommit latencies.
-func Run(ctx context.Context, lg xa.DecisionLog, writers int, n int) ([]time.Duration, error) {
+func Run(ctx context.Context, lg Log, writers int, n int) ([]time.Duration, error) {
 	return drive(ctx, lg, max(writers, 1), func(i int64) bool { return i < int64(n) })
 }
 
@@ -252,7 +269,7 @@ func (r *Result) fill(lat []time.Duration) {
 
 // drive runs writers goroutines; each takes ticket i and makes a decision
 // while more(i) holds.
-func drive(ctx context.Context, lg xa.DecisionLog, writers int, more func(i int64) bool) ([]time.Duration, error) {
+func drive(ctx context.Context, lg Log, writers int, more func(i int64) bool) ([]time.Duration, error) {
 	var (
 		tickets atomic.Int64
 		mu      sync.Mutex
@@ -300,10 +317,13 @@ func drive(ctx context.Context, lg xa.DecisionLog, writers int, more func(i int6
 	return all, errors.Join(errs...)
 }
 
+// benchNode is the node of the benchmark's transactions and logs.
+const benchNode = "bench-node-1"
+
 // Record returns a realistic commit record: two branches, on a MySQL and a
 // PostgreSQL participant, with their sessions and prepare times.
 func Record(now time.Time) (xa.CommitRecord, error) {
-	id, err := xa.NewGlobalID("bench-node-1", now)
+	id, err := xa.NewGlobalID(benchNode, now)
 	if err != nil {
 		return xa.CommitRecord{}, err
 	}

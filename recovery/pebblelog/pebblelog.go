@@ -1,5 +1,8 @@
-// Package pebblelog is a decision log on Pebble (github.com/cockroachdb/pebble/v2),
-// kept to be compared against recovery/filelog, the default.
+// Package pebblelog is a commit log on Pebble (github.com/cockroachdb/pebble/v2),
+// kept to be compared against recovery/filelog, the default, in benchmarks
+// (recovery/logbench). It does not implement the whole decision-log contract
+// (xa.RecoveryLog: identity, abort records and the fence, delegations,
+// heuristics) and must not be used as a transaction manager's log.
 //
 // Commit records are keys "c/<global id>" whose values are
 // xa.CommitRecord.MarshalBinary. LogCommit writes with pebble.Sync: it
@@ -53,7 +56,9 @@ type Log struct {
 	syncs *atomic.Int64
 }
 
-var _ xa.DecisionLog = (*Log)(nil)
+// Log is not an xa.DecisionLog: it has no identity, no abort records and
+// no fence, and serves only as a benchmark baseline for the commit path
+// (LogCommit, Forget) that recovery/logbench drives.
 
 const prefix = "c/"
 
