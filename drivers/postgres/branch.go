@@ -272,11 +272,25 @@ func (b *branch) CommitOnePhase(ctx context.Context) error {
 func (b *branch) CanCommitLast() bool { return b.rm.decisions != "" }
 
 // CommitLast implements xa.LastResource: it commits the branch's open
-// transaction in one phase together with a row of the decision table
-// holding rec, in one round trip ("INSERT ...; COMMIT"). Errors are those
-// of CommitOnePhase: ErrOutcomeUnknown on a lost reply (both or neither
-// are durable), ErrRolledBack otherwise (neither). The session is
-// released whatever happens.
+// transaction in one phase together with a commit row of the decision
+// table holding rec, in one round trip ("INSERT ...; COMMIT"). The row's
+// key (rec.ID) is the fence against presumed abort (see RM.ClaimAbort):
+//
+//   - nil: the work and the decision are durable;
+//   - ErrOutcomeUnknown: the reply was lost, or the server ended the
+//     session during the COMMIT (FATAL): both or neither are durable, the
+//     stored decision (RM.Decision) tells, and an abort marker claimed
+//     after it (RM.ClaimAbort) settles it for good;
+//   - ErrAbortRecorded: the decision row was refused because an abort
+//     marker holds its key (recovery presumed abort first; an insert that
+//     met a marker still being written waited for it): nothing committed;
+//   - ErrRolledBack (or another kind, never ErrOutcomeUnknown), for any
+//     other server error (a failed transaction, a deferred constraint or
+//     trigger at COMMIT, a serialization failure, a cancelled statement)
+//     or a command certainly never sent: nothing committed.
+//
+// The session is released whatever happens: rolled back and pooled after
+// a server error, closed after a lost reply.
 func (b *branch) CommitLast(ctx context.Context, rec xa.CommitRecord) error {
 	if b.rm.decisions == "" {
 		return b.err(opCommitLast, xa.ErrInvalidState, errors.New("no decision table is configured (Config.DecisionTable)"))
@@ -307,6 +321,13 @@ func (b *branch) CommitLast(ctx context.Context, rec xa.CommitRecord) error {
 	}
 	res, err := pc.Exec(ctx, q).ReadAll()
 	if err != nil {
+		if fenced(res, err) {
+			b.rollbackSession()
+			b.setDone(false)
+			return b.err(opCommitLast, xa.ErrAbortRecorded, fmt.Errorf(
+				"the decision row was refused: an abort marker for %s is in %s (recovery presumed abort); nothing committed: %w",
+				rec.ID, b.rm.decisions, err))
+		}
 		_, xerr := b.prepareFailed(opCommitLast, err)
 		return xerr
 	}
@@ -318,6 +339,24 @@ func (b *branch) CommitLast(ctx context.Context, rec xa.CommitRecord) error {
 	b.release(false)
 	b.setDone(true)
 	return nil
+}
+
+// fenced reports whether CommitLast's "[BEGIN;] INSERT ...; COMMIT" failed
+// because its decision INSERT met a row with the same key (an abort
+// marker): a unique violation (23505) before the INSERT completed. The
+// same code from the COMMIT (a deferred unique constraint of the branch's
+// own tables) comes after the INSERT's result and is a plain rollback.
+func fenced(res []*pgconn.Result, err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23505" || fatal(pe) {
+		return false
+	}
+	for _, r := range res {
+		if r.CommandTag.Insert() {
+			return false
+		}
+	}
+	return true
 }
 
 // Commit commits the prepared branch with COMMIT PREPARED on any pooled

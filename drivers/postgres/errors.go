@@ -10,16 +10,18 @@ import (
 
 // Operations, as named in xa.Error.Op.
 const (
-	opOpen       = "open"
-	opCheck      = "check"
-	opStart      = "start"
-	opExec       = "exec"
-	opPrepare    = "prepare"
-	opCommit     = "commit"           // COMMIT PREPARED
-	opRollback   = "rollback"         // ROLLBACK PREPARED, or ROLLBACK of an active branch
-	opCommit1PC  = "commit-one-phase" // COMMIT of an active branch
-	opCommitLast = "commit-last"      // INSERT decision; COMMIT of the last resource
-	opRecover    = "recover"
+	opOpen         = "open"
+	opCheck        = "check"
+	opStart        = "start"
+	opExec         = "exec"
+	opPrepare      = "prepare"
+	opCommit       = "commit"           // COMMIT PREPARED
+	opRollback     = "rollback"         // ROLLBACK PREPARED, or ROLLBACK of an active branch
+	opCommit1PC    = "commit-one-phase" // COMMIT of an active branch
+	opCommitLast   = "commit-last"      // INSERT decision; COMMIT of the last resource
+	opRecover      = "recover"
+	opClaimAbort   = "claim-abort"   // INSERT of an abort marker into the decision table
+	opForgetAborts = "forget-aborts" // DELETE of old abort markers
 )
 
 // Fixes quoted in misconfiguration errors.
@@ -70,12 +72,23 @@ func (e *fixError) Unwrap() error { return e.err }
 //     concurrency the application runs at or because orphans hold them,
 //     both of which need an operator. The application may retry the whole
 //     transaction; the error says what to fix.
+//   - At "commit-last" the same holds as at "commit-one-phase", and
+//     CommitLast itself reports a 23505 of its decision INSERT (an abort
+//     marker holds the key) as xa.ErrAbortRecorded: a server ERROR there
+//     always means nothing committed.
+//   - At "claim-abort" (the INSERT of an abort marker, which autocommits)
+//     an ERROR means the marker was not stored: 57014 (cancelled while it
+//     waited for a commit in flight), 55P03, 40001 and 40P01 ErrRetryable,
+//     42501 ErrMisconfigured.
 //   - FATAL and PANIC errors (57P01 admin_shutdown, crash) and lost
 //     connections close the session. A command that was certainly never
 //     sent (see notSent) did not take effect: ErrRetryable for
-//     phase 2, ErrRolledBack for prepare and one-phase commit (the open
-//     transaction dies with its session). Otherwise the reply was lost
-//     and the command may or may not have taken effect: ErrOutcomeUnknown.
+//     phase 2 and claim-abort, ErrRolledBack for prepare and one-phase
+//     and last-resource commit (the open transaction dies with its
+//     session). Otherwise the reply was lost and the command may or may
+//     not have taken effect: ErrOutcomeUnknown. A session the server ends
+//     during a COMMIT is ambiguous too: a backend terminated while it
+//     waits for a synchronous standby has committed locally.
 func classify(op string, err error) (kind error, fix string) {
 	if err == nil {
 		return nil, ""
@@ -90,7 +103,7 @@ func classify(op string, err error) (kind error, fix string) {
 			return xa.ErrRolledBack, ""
 		}
 		return xa.ErrOutcomeUnknown, ""
-	case opCommit, opRollback:
+	case opCommit, opRollback, opClaimAbort:
 		if notSent(err) {
 			return xa.ErrRetryable, ""
 		}
@@ -143,6 +156,11 @@ func classifyServer(op string, pe *pgconn.PgError) (kind error, fix string) {
 			return xa.ErrInvalidXID, ""
 		}
 		return nil, ""
+	case opClaimAbort:
+		switch code {
+		case "57014", "55P03", "40001", "40P01":
+			return xa.ErrRetryable, ""
+		}
 	}
 	switch code {
 	case "42501":

@@ -71,6 +71,21 @@ func TestClassifyTable(t *testing.T) {
 		{opRollback, pg("55000"), xa.ErrRetryable, false},
 		{opRollback, pg("42501"), xa.ErrMisconfigured, true},
 		{opRollback, lost, xa.ErrOutcomeUnknown, false},
+		{opCommitLast, pg("23505"), xa.ErrRolledBack, false},
+		{opCommitLast, pg("40001"), xa.ErrRolledBack, false},
+		{opCommitLast, pg("57014"), xa.ErrRolledBack, false},
+		{opCommitLast, fatal, xa.ErrOutcomeUnknown, false},
+		{opCommitLast, lost, xa.ErrOutcomeUnknown, false},
+		{opCommitLast, closedErr{}, xa.ErrOutcomeUnknown, false},
+		{opCommitLast, safeErr{}, xa.ErrRolledBack, false},
+		{opClaimAbort, pg("57014"), xa.ErrRetryable, false},
+		{opClaimAbort, pg("55P03"), xa.ErrRetryable, false},
+		{opClaimAbort, pg("40P01"), xa.ErrRetryable, false},
+		{opClaimAbort, pg("42501"), xa.ErrMisconfigured, true},
+		{opClaimAbort, pg("XX000"), nil, false},
+		{opClaimAbort, fatal, xa.ErrOutcomeUnknown, false},
+		{opClaimAbort, lost, xa.ErrOutcomeUnknown, false},
+		{opClaimAbort, safeErr{}, xa.ErrRetryable, false},
 		{opRecover, pg("42501"), xa.ErrMisconfigured, true},
 		{opExec, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: "prepared transactions are disabled"}, xa.ErrMisconfigured, true},
 		{opExec, pg("55000"), nil, false},
@@ -97,6 +112,34 @@ func TestClassifyTable(t *testing.T) {
 		}
 		if c.fix && !strings.Contains(err.Error(), "fix: ") {
 			t.Errorf("xaErr(%s, %v) = %q: no fix in the message", c.op, c.err, err)
+		}
+	}
+}
+
+// Only a unique violation of CommitLast's decision INSERT, before the
+// INSERT completed, is the fence; the same code from the COMMIT (a
+// deferred unique constraint) or a FATAL error is not.
+func TestFenced(t *testing.T) {
+	dup := &pgconn.PgError{Severity: "ERROR", Code: "23505", Message: "duplicate key"}
+	begin := &pgconn.Result{CommandTag: pgconn.NewCommandTag("BEGIN")}
+	insert := &pgconn.Result{CommandTag: pgconn.NewCommandTag("INSERT 0 1")}
+	cases := []struct {
+		res  []*pgconn.Result
+		err  error
+		want bool
+	}{
+		{nil, dup, true},
+		{[]*pgconn.Result{begin}, dup, true},
+		{[]*pgconn.Result{begin}, fmt.Errorf("wrapped: %w", dup), true},
+		{[]*pgconn.Result{insert}, dup, false},
+		{[]*pgconn.Result{begin, insert}, dup, false},
+		{nil, &pgconn.PgError{Severity: "ERROR", Code: "23503"}, false},
+		{nil, &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "23505"}, false},
+		{nil, io.ErrUnexpectedEOF, false},
+	}
+	for i, c := range cases {
+		if got := fenced(c.res, c.err); got != c.want {
+			t.Errorf("case %d: fenced = %v, want %v", i, got, c.want)
 		}
 	}
 }

@@ -21,7 +21,7 @@ func TestWithManager(t *testing.T) {
 	rm2.name = "pg2"
 	mustExec(t, db1, "INSERT INTO kv VALUES (1, 100)")
 	mustExec(t, db2, "INSERT INTO kv VALUES (1, 0)")
-	m, err := xa.NewManager(xa.Config{Node: "pgtest", Log: memrm.NewLog(), Timeout: 2 * time.Second})
+	m, err := xa.NewManager(xa.Config{Node: "pgtest", Log: memrm.NewLog("pgtest"), Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,11 @@ type proxy struct {
 
 	rfq atomic.Int64 // ReadyForQuery messages forwarded to clients
 
+	// dropCancels: cancel requests (which pgx sends on a new connection
+	// when it loses one mid-command) never reach the server, as in a
+	// network partition.
+	dropCancels atomic.Bool
+
 	mu        sync.Mutex
 	loseReply []byte // when a client message contains it: forward it, then drop the replies and cut the connection
 	lost      chan struct{}
@@ -72,24 +77,55 @@ func (p *proxy) close() {
 	}
 }
 
+// partition makes the proxy drop cancel requests from now on.
+func (p *proxy) partition() { p.dropCancels.Store(true) }
+
 func (p *proxy) serve() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
 		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
 		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
+		p.conns = append(p.conns, c)
 		p.mu.Unlock()
-		var drop atomic.Bool
-		go p.clientToServer(c, s, &drop)
-		go p.serverToClient(s, c, &drop)
+		go p.open(c)
 	}
+}
+
+// cancelRequestCode opens a CancelRequest message (length 16).
+const cancelRequestCode = 80877102
+
+func (p *proxy) open(c net.Conn) {
+	// The first message of a connection is a startup-type message:
+	// length, then a code.
+	var first [8]byte
+	c.SetReadDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
+	if _, err := io.ReadFull(c, first[:]); err != nil {
+		c.Close()
+		return
+	}
+	c.SetReadDeadline(time.Time{}) //nolint:errcheck
+	if p.dropCancels.Load() && binary.BigEndian.Uint32(first[:4]) == 16 && binary.BigEndian.Uint32(first[4:]) == cancelRequestCode {
+		c.Close()
+		return
+	}
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns = append(p.conns, s)
+	p.mu.Unlock()
+	if _, err := s.Write(first[:]); err != nil {
+		c.Close()
+		s.Close()
+		return
+	}
+	var drop atomic.Bool
+	go p.clientToServer(c, s, &drop)
+	go p.serverToClient(s, c, &drop)
 }
 
 func (p *proxy) clientToServer(c, s net.Conn, drop *atomic.Bool) {

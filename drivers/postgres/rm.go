@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,33 +54,12 @@ type Config struct {
 	// together with a row of this table, so the coordinator neither
 	// prepares this branch nor writes its decision log — one fsync and
 	// one round trip fewer. Open creates the table if it is missing
-	// (see DecisionTableDDL). Recovery reads and prunes it
-	// (recovery.DecisionStore). Empty: off. A plain or schema-qualified
-	// name, e.g. "xa_decisions" or "ops.xa_decisions".
+	// (see DecisionTableDDL) and adds the column "aborted" to a table
+	// created by an earlier version. Recovery reads and prunes the
+	// commit rows and fences commits with abort markers in the same
+	// table (recovery.DecisionStore). Empty: off. A plain or
+	// schema-qualified name, e.g. "xa_decisions" or "ops.xa_decisions".
 	DecisionTable string
-}
-
-// DecisionTableDDL returns the statement that creates a decision table.
-func DecisionTableDDL(table string) (string, error) {
-	id, err := tableIdent(table)
-	if err != nil {
-		return "", err
-	}
-	return "CREATE TABLE IF NOT EXISTS " + id + " (gtrid text PRIMARY KEY, node text NOT NULL, record bytea NOT NULL, logged timestamptz NOT NULL DEFAULT now())", nil
-}
-
-// tableIdent quotes a plain or schema-qualified table name.
-func tableIdent(table string) (string, error) {
-	parts := strings.Split(table, ".")
-	if table == "" || len(parts) > 2 {
-		return "", fmt.Errorf("decision table %q: want table or schema.table", table)
-	}
-	for _, p := range parts {
-		if p == "" {
-			return "", fmt.Errorf("decision table %q: empty name part", table)
-		}
-	}
-	return pgx.Identifier(parts).Sanitize(), nil
 }
 
 // RM is a PostgreSQL resource manager: it implements xa.ResourceManager
@@ -146,14 +124,7 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 	rm := &RM{name: cfg.Name, pool: pool, log: log.With("rm", cfg.Name), oldPrepared: 10 * time.Minute,
 		live: map[*branch]struct{}{}}
 	if cfg.DecisionTable != "" {
-		ddl, err := DecisionTableDDL(cfg.DecisionTable)
-		if err == nil {
-			rm.decisions, _ = tableIdent(cfg.DecisionTable)
-			if _, err = pool.Exec(ctx, ddl); err != nil {
-				err = fmt.Errorf("%w (create it as a user who may: %s)", err, ddl)
-			}
-		}
-		if err != nil {
+		if err := rm.openDecisionTable(ctx, cfg.DecisionTable); err != nil {
 			pool.Close()
 			return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Kind: xa.ErrMisconfigured, Err: err}
 		}
@@ -295,9 +266,19 @@ func (rm *RM) finish(ctx context.Context, op string, xid xa.XID) error {
 // and everybody else's. A gid that xa.ParseXID does not accept (another
 // application's) is listed with a zero XID and Raw set: callers filter with
 // xa.Owned and never touch it.
+//
+// Each branch comes with its prepare time (Prepared) and with its age by
+// the server's own clock (ServerAge: clock_timestamp() - prepared, read in
+// the same query), so that recovery never compares the server's prepare
+// time with another clock. ServerAge is at least one nanosecond: zero
+// would make xa.PreparedBranch.Age fall back to the caller's clock.
 func (rm *RM) Recover(ctx context.Context) ([]xa.PreparedBranch, error) {
+	// clock_timestamp(), not now(): now() is fixed when the statement's
+	// transaction starts, before pg_prepared_xacts is read, so a branch
+	// prepared in between would look younger than zero.
 	rows, err := rm.pool.Query(ctx,
-		"SELECT gid, prepared, owner::text, database::text FROM pg_prepared_xacts WHERE database = current_database() ORDER BY prepared, gid",
+		`SELECT gid, prepared, (extract(epoch FROM clock_timestamp() - prepared) * 1000000)::bigint, owner::text, database::text
+		FROM pg_prepared_xacts WHERE database = current_database() ORDER BY prepared, gid`,
 		pgx.QueryExecModeExec)
 	if err != nil {
 		return nil, rm.xaErr(opRecover, xa.XID{}, err)
@@ -305,10 +286,12 @@ func (rm *RM) Recover(ctx context.Context) ([]xa.PreparedBranch, error) {
 	var out []xa.PreparedBranch
 	for rows.Next() {
 		var p xa.PreparedBranch
-		if err := rows.Scan(&p.Raw, &p.Prepared, &p.Owner, &p.Database); err != nil {
+		var ageMicros int64
+		if err := rows.Scan(&p.Raw, &p.Prepared, &ageMicros, &p.Owner, &p.Database); err != nil {
 			rows.Close()
 			return nil, rm.xaErr(opRecover, xa.XID{}, err)
 		}
+		p.ServerAge = max(time.Duration(ageMicros)*time.Microsecond, time.Nanosecond)
 		if x, err := xa.ParseXID(p.Raw); err == nil {
 			p.XID = x
 		}
@@ -327,71 +310,4 @@ func gidLiteral(xid xa.XID) (string, error) {
 		return "", err
 	}
 	return quoteLiteral(xid.String()), nil
-}
-
-// Decisions returns the commit decisions stored in the decision table by
-// branches that committed last (recovery.DecisionStore); none when the
-// participant is no last resource. A row that does not decode is an error:
-// recovery must not presume anything about its transaction.
-func (rm *RM) Decisions(ctx context.Context) ([]xa.CommitRecord, error) {
-	if rm.decisions == "" {
-		return nil, nil
-	}
-	rows, err := rm.pool.Query(ctx, "SELECT gtrid, record FROM "+rm.decisions+" ORDER BY logged")
-	if err != nil {
-		return nil, rm.xaErr(opRecover, xa.XID{}, err)
-	}
-	defer rows.Close()
-	var out []xa.CommitRecord
-	for rows.Next() {
-		var gtrid string
-		var b []byte
-		if err := rows.Scan(&gtrid, &b); err != nil {
-			return nil, rm.xaErr(opRecover, xa.XID{}, err)
-		}
-		var rec xa.CommitRecord
-		if err := rec.UnmarshalBinary(b); err != nil || rec.ID.String() != gtrid {
-			return nil, &xa.Error{Op: opRecover, RM: rm.name, Err: fmt.Errorf("decision %q in %s does not decode: %v", gtrid, rm.decisions, err)}
-		}
-		out = append(out, rec)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, rm.xaErr(opRecover, xa.XID{}, err)
-	}
-	return out, nil
-}
-
-// Decision returns the stored decision of id, if any.
-func (rm *RM) Decision(ctx context.Context, id xa.GlobalID) (xa.CommitRecord, bool, error) {
-	if rm.decisions == "" {
-		return xa.CommitRecord{}, false, nil
-	}
-	var b []byte
-	err := rm.pool.QueryRow(ctx, "SELECT record FROM "+rm.decisions+" WHERE gtrid = $1", id.String()).Scan(&b)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return xa.CommitRecord{}, false, nil
-	}
-	if err != nil {
-		return xa.CommitRecord{}, false, rm.xaErr(opRecover, xa.XID{}, err)
-	}
-	var rec xa.CommitRecord
-	if err := rec.UnmarshalBinary(b); err != nil {
-		return xa.CommitRecord{}, false, &xa.Error{Op: opRecover, RM: rm.name, Err: fmt.Errorf("decision %s does not decode: %w", id, err)}
-	}
-	return rec, true, nil
-}
-
-// ForgetDecisions deletes the stored decisions of ids, in one statement.
-func (rm *RM) ForgetDecisions(ctx context.Context, ids []xa.GlobalID) error {
-	if rm.decisions == "" || len(ids) == 0 {
-		return nil
-	}
-	gtrids := make([]string, len(ids))
-	for i, id := range ids {
-		gtrids[i] = id.String()
-	}
-	if _, err := rm.pool.Exec(ctx, "DELETE FROM "+rm.decisions+" WHERE gtrid = ANY($1)", gtrids); err != nil {
-		return rm.xaErr(opRecover, xa.XID{}, err)
-	}
-	return nil
 }

@@ -1,0 +1,272 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/xadb/xa/xa"
+)
+
+// The decision table holds two kinds of rows under one primary key, the
+// transaction's gtrid (xa.GlobalID.String()):
+//
+//   - commit decisions (aborted = false), inserted by CommitLast in the
+//     same local transaction as the last resource's own work; record is an
+//     xa.CommitRecord;
+//   - abort markers (aborted = true), inserted by ClaimAbort before
+//     recovery presumes abort; record is markerPrefix followed by an
+//     xa.AbortRecord, which an xa.CommitRecord decoder refuses (so that a
+//     reader that does not know the column fails instead of taking a
+//     marker for a commit).
+//
+// The key is the fence: of a commit row and an abort marker for one
+// transaction, the server lets exactly one commit. An insert that meets an
+// uncommitted row with its key waits until that row's transaction ends.
+
+// markerPrefix starts the record of an abort marker: version 0 is no
+// xa.CommitRecord version.
+const markerPrefix = 0x00
+
+// maxMarkerReason bounds the reason stored with an abort marker.
+const maxMarkerReason = 1 << 10
+
+// DecisionTableDDL returns the statement that creates a decision table.
+func DecisionTableDDL(table string) (string, error) {
+	id, err := tableIdent(table)
+	if err != nil {
+		return "", err
+	}
+	return "CREATE TABLE IF NOT EXISTS " + id + " (gtrid text PRIMARY KEY, node text NOT NULL, record bytea NOT NULL, " +
+		"logged timestamptz NOT NULL DEFAULT now(), aborted boolean NOT NULL DEFAULT false)", nil
+}
+
+// addAbortedDDL returns the statement that adds the column "aborted" to a
+// decision table created by an earlier version (whose rows are all commit
+// decisions).
+func addAbortedDDL(id string) string {
+	return "ALTER TABLE " + id + " ADD COLUMN IF NOT EXISTS aborted boolean NOT NULL DEFAULT false"
+}
+
+// tableIdent quotes a plain or schema-qualified table name.
+func tableIdent(table string) (string, error) {
+	parts := strings.Split(table, ".")
+	if table == "" || len(parts) > 2 {
+		return "", fmt.Errorf("decision table %q: want table or schema.table", table)
+	}
+	for _, p := range parts {
+		if p == "" {
+			return "", fmt.Errorf("decision table %q: empty name part", table)
+		}
+	}
+	return pgx.Identifier(parts).Sanitize(), nil
+}
+
+// openDecisionTable creates the decision table if it is missing, or adds
+// the column "aborted" to one created by an earlier version. A table that
+// is already up to date costs one query and no lock: ALTER TABLE would
+// take an exclusive lock even when it has nothing to do, and queue every
+// last-resource commit behind any commit in flight.
+func (rm *RM) openDecisionTable(ctx context.Context, table string) error {
+	ddl, err := DecisionTableDDL(table)
+	if err != nil {
+		return err
+	}
+	id, _ := tableIdent(table)
+	var exists, migrated bool
+	err = rm.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
+		EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'aborted' AND NOT attisdropped)`,
+		id).Scan(&exists, &migrated)
+	if err != nil {
+		return fmt.Errorf("decision table %s: %w", id, err)
+	}
+	switch {
+	case !exists:
+		if _, err := rm.pool.Exec(ctx, ddl); err != nil {
+			return fmt.Errorf("%w (create it as a user who may: %s)", err, ddl)
+		}
+		// A table created concurrently by an earlier version lacks the
+		// column.
+		fallthrough
+	case !migrated:
+		alter := addAbortedDDL(id)
+		if _, err := rm.pool.Exec(ctx, alter); err != nil {
+			return fmt.Errorf("%w (add the column as a user who may: %s)", err, alter)
+		}
+	}
+	rm.decisions = id
+	return nil
+}
+
+// HasDecisionTable reports whether the participant has a decision table
+// (Config.DecisionTable): only then is it a last resource and a decision
+// store. Every *RM has the methods of recovery.DecisionStore; recovery
+// must treat an RM as a store only when this reports true (ClaimAbort
+// fails on one without a table).
+func (rm *RM) HasDecisionTable() bool { return rm.decisions != "" }
+
+// Decisions returns the commit decisions stored in the decision table by
+// branches that committed last (recovery.DecisionStore), oldest first;
+// none when the participant is no last resource. Abort markers are never
+// returned. A row that does not decode is an error: recovery must not
+// presume anything about its transaction.
+func (rm *RM) Decisions(ctx context.Context) ([]xa.CommitRecord, error) {
+	if rm.decisions == "" {
+		return nil, nil
+	}
+	rows, err := rm.pool.Query(ctx, "SELECT gtrid, record FROM "+rm.decisions+" WHERE NOT aborted ORDER BY logged")
+	if err != nil {
+		return nil, rm.xaErr(opRecover, xa.XID{}, err)
+	}
+	defer rows.Close()
+	var out []xa.CommitRecord
+	for rows.Next() {
+		var gtrid string
+		var b []byte
+		if err := rows.Scan(&gtrid, &b); err != nil {
+			return nil, rm.xaErr(opRecover, xa.XID{}, err)
+		}
+		var rec xa.CommitRecord
+		if err := rec.UnmarshalBinary(b); err != nil || rec.ID.String() != gtrid {
+			return nil, &xa.Error{Op: opRecover, RM: rm.name, Err: fmt.Errorf("decision %q in %s does not decode: %v", gtrid, rm.decisions, err)}
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, rm.xaErr(opRecover, xa.XID{}, err)
+	}
+	return out, nil
+}
+
+// Decision returns the stored commit decision of id, if any; an abort
+// marker is not one.
+func (rm *RM) Decision(ctx context.Context, id xa.GlobalID) (xa.CommitRecord, bool, error) {
+	if rm.decisions == "" {
+		return xa.CommitRecord{}, false, nil
+	}
+	var b []byte
+	err := rm.pool.QueryRow(ctx, "SELECT record FROM "+rm.decisions+" WHERE gtrid = $1 AND NOT aborted", id.String()).Scan(&b)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return xa.CommitRecord{}, false, nil
+	}
+	if err != nil {
+		return xa.CommitRecord{}, false, rm.xaErr(opRecover, xa.XID{}, err)
+	}
+	var rec xa.CommitRecord
+	if err := rec.UnmarshalBinary(b); err != nil || rec.ID != id {
+		return xa.CommitRecord{}, false, &xa.Error{Op: opRecover, RM: rm.name, Err: fmt.Errorf("decision %s in %s does not decode: %v", id, rm.decisions, err)}
+	}
+	return rec, true, nil
+}
+
+// ForgetDecisions deletes the stored commit decisions of ids, in one
+// statement. Abort markers stay (see ForgetAborts).
+func (rm *RM) ForgetDecisions(ctx context.Context, ids []xa.GlobalID) error {
+	if rm.decisions == "" || len(ids) == 0 {
+		return nil
+	}
+	gtrids := make([]string, len(ids))
+	for i, id := range ids {
+		gtrids[i] = id.String()
+	}
+	if _, err := rm.pool.Exec(ctx, "DELETE FROM "+rm.decisions+" WHERE gtrid = ANY($1) AND NOT aborted", gtrids); err != nil {
+		return rm.xaErr(opRecover, xa.XID{}, err)
+	}
+	return nil
+}
+
+// ClaimAbort fences a last-resource commit of id before recovery presumes
+// abort (recovery.DecisionStore): it inserts an abort marker under id's
+// key in the decision table, in its own transaction.
+//
+// A CommitLast of id in flight on the server (its connection may be gone:
+// a deferred trigger, a lock wait, a synchronous standby or a slow WAL
+// flush keeps its COMMIT running) holds an uncommitted row with the same
+// key, and the insert waits for it to end, as long as ctx allows:
+//
+//   - nil: the marker is stored (now, or by an earlier call) and no commit
+//     decision of id can be stored any more: CommitLast of id fails with
+//     xa.ErrAbortRecorded;
+//   - an error matching xa.ErrCommitRecorded: the commit won; its decision
+//     is stored (Decision returns it) and nothing may be rolled back;
+//   - an error matching xa.ErrMisconfigured: the participant has no
+//     decision table (see HasDecisionTable);
+//   - any other error (ctx ended during the wait, a lost reply): nothing
+//     is known; nothing may be rolled back on its strength. ClaimAbort may
+//     be called again.
+func (rm *RM) ClaimAbort(ctx context.Context, id xa.GlobalID, reason string) error {
+	x := xa.XID{FormatID: xa.FormatID, Gtrid: id.Gtrid()}
+	if rm.decisions == "" {
+		return rm.kindErr(opClaimAbort, x, xa.ErrMisconfigured, errors.New(
+			"no decision table is configured (Config.DecisionTable): this participant stores no decisions, "+
+				"so it neither holds nor can fence a commit; recovery must treat it as a decision store only when HasDecisionTable reports true"))
+	}
+	payload, err := abortMarker(id, reason, time.Now())
+	if err != nil {
+		return rm.kindErr(opClaimAbort, x, nil, err)
+	}
+	// A row found and then gone (a concurrent ForgetDecisions or
+	// ForgetAborts) sends us round again.
+	for range 3 {
+		var inserted bool
+		err := rm.pool.QueryRow(ctx, "WITH ins AS (INSERT INTO "+rm.decisions+" (gtrid, node, record, aborted) VALUES ($1, $2, $3, true) "+
+			"ON CONFLICT (gtrid) DO NOTHING RETURNING 1) SELECT count(*) > 0 FROM ins",
+			id.String(), id.Node, payload).Scan(&inserted)
+		if err != nil {
+			return rm.xaErr(opClaimAbort, x, err)
+		}
+		if inserted {
+			return nil
+		}
+		// A row with the key was committed, before our insert or while
+		// it waited; this new statement sees it.
+		var aborted bool
+		err = rm.pool.QueryRow(ctx, "SELECT aborted FROM "+rm.decisions+" WHERE gtrid = $1", id.String()).Scan(&aborted)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			continue
+		case err != nil:
+			return rm.xaErr(opClaimAbort, x, err)
+		case aborted:
+			return nil
+		}
+		return rm.kindErr(opClaimAbort, x, xa.ErrCommitRecorded,
+			fmt.Errorf("the last resource committed the transaction: its commit decision is stored in %s", rm.decisions))
+	}
+	return rm.kindErr(opClaimAbort, x, xa.ErrRetryable,
+		fmt.Errorf("a row of the transaction in %s kept vanishing between the insert and the read", rm.decisions))
+}
+
+// abortMarker encodes the record of an abort marker.
+func abortMarker(id xa.GlobalID, reason string, now time.Time) ([]byte, error) {
+	if len(reason) > maxMarkerReason {
+		reason = strings.ToValidUTF8(reason[:maxMarkerReason], "")
+	}
+	b, err := xa.AbortRecord{ID: id, Logged: now, Reason: reason}.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{markerPrefix}, b...), nil
+}
+
+// ForgetAborts deletes the abort markers stored more than retention ago by
+// the server's clock (now() - logged), and returns how many
+// (recovery.DecisionStore). Commit decisions stay. None without a decision
+// table.
+func (rm *RM) ForgetAborts(ctx context.Context, retention time.Duration) (int, error) {
+	if rm.decisions == "" {
+		return 0, nil
+	}
+	if retention < 0 {
+		return 0, rm.kindErr(opForgetAborts, xa.XID{}, nil, fmt.Errorf("negative retention %v", retention))
+	}
+	tag, err := rm.pool.Exec(ctx, "DELETE FROM "+rm.decisions+" WHERE aborted AND logged < now() - $1::bigint * interval '1 microsecond'",
+		retention.Microseconds())
+	if err != nil {
+		return 0, rm.xaErr(opForgetAborts, xa.XID{}, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
