@@ -66,6 +66,19 @@ func TestAtomicityUnderFaults(t *testing.T) {
 			op := rapid.SampledFrom(ops).Draw(rt, "crashOp")
 			crashAt = fmt.Sprintf("%s/%d/%d", op, rapid.IntRange(0, n-1).Draw(rt, "crashBranch"), rapid.IntRange(1, 2).Draw(rt, "crashAttempt"))
 		}
+		// A second process's scanner whose clock runs an hour ahead may
+		// scan at one moment of the coordinator's work: before one of its
+		// operations, or just before its decision write (a stalled fsync).
+		// The fence must make either outcome consistent.
+		scanAt := ""
+		if rapid.IntRange(0, 2).Draw(rt, "scanDuring") > 0 {
+			if rapid.IntRange(0, 3).Draw(rt, "scanAtLog") == 0 {
+				scanAt = "log"
+			} else {
+				op := rapid.SampledFrom(ops).Draw(rt, "scanOp")
+				scanAt = fmt.Sprintf("%s/%d/%d", op, rapid.IntRange(0, n-1).Draw(rt, "scanBranch"), rapid.IntRange(1, 2).Draw(rt, "scanAttempt"))
+			}
+		}
 		logFails := rapid.IntRange(0, 19).Draw(rt, "logFails") == 0
 		async := rapid.Bool().Draw(rt, "asyncCommit")
 		// The last participant may take the decision as the last resource.
@@ -74,9 +87,29 @@ func TestAtomicityUnderFaults(t *testing.T) {
 		var mu sync.Mutex
 		crashed := false
 		seen := map[string]int{}
-		log := memrm.NewLog()
+		log := memrm.NewLog("prop")
 		if logFails {
 			log.Kill()
+		}
+		dbs := make([]*memrm.DB, n)
+		// scanNow runs the skewed scanner, as another process would, on
+		// fresh sessions of the same databases.
+		scanned := false
+		scanNow := func() {
+			if scanned {
+				return
+			}
+			scanned = true
+			var ps []xa.ResourceManager
+			for i := range dbs {
+				ps = append(ps, memrm.New("rm"+strconv.Itoa(i), dbs[i], nil))
+			}
+			sc, err := recovery.New(recovery.Config{Participants: ps, Log: log,
+				Now: func() time.Time { return time.Now().Add(time.Hour) }})
+			if err != nil {
+				rt.Fatal(err)
+			}
+			sc.Scan(context.Background()) //nolint:errcheck // what it did is checked at the end
 		}
 		inject := func(op memrm.Op, x xa.XID) memrm.Fault {
 			mu.Lock()
@@ -88,6 +121,9 @@ func TestAtomicityUnderFaults(t *testing.T) {
 			k0 := fmt.Sprintf("%s/%d", op, b)
 			seen[k0]++
 			k := fmt.Sprintf("%s/%d", k0, seen[k0])
+			if k == scanAt {
+				scanNow()
+			}
 			if k == crashAt {
 				crashed = true
 				log.Kill()
@@ -96,7 +132,6 @@ func TestAtomicityUnderFaults(t *testing.T) {
 			return faultOf[k]
 		}
 
-		dbs := make([]*memrm.DB, n)
 		rms := make([]*memrm.RM, n)
 		for i := range dbs {
 			dbs[i] = memrm.NewDB()
@@ -105,7 +140,11 @@ func TestAtomicityUnderFaults(t *testing.T) {
 				rms[i].EnableLastResource()
 			}
 		}
-		mgr, err := xa.NewManager(xa.Config{Node: "prop", Log: log, Timeout: 100 * time.Millisecond,
+		var decisions xa.DecisionLog = log
+		if scanAt == "log" {
+			decisions = &stallingLog{Log: log, before: func() { mu.Lock(); scanNow(); mu.Unlock() }}
+		}
+		mgr, err := xa.NewManager(xa.Config{Node: "prop", Log: decisions, Timeout: 100 * time.Millisecond,
 			Phase2Attempts: 2, Phase2Timeout: 50 * time.Millisecond, RetryBackoff: time.Microsecond, AsyncCommit: async})
 		if err != nil {
 			rt.Fatal(err)
@@ -139,6 +178,8 @@ func TestAtomicityUnderFaults(t *testing.T) {
 				told = "aborted"
 			case xa.OutcomeUnknown(err):
 				told = "unknown"
+			case errors.Is(err, xa.ErrHeuristic):
+				rt.Fatalf("heuristic outcome without a heuristic database: %v", err)
 			default:
 				rt.Fatalf("Commit returned an error of no known kind: %v", err)
 			}
@@ -166,7 +207,7 @@ func TestAtomicityUnderFaults(t *testing.T) {
 			fresh = append(fresh, memrm.New("rm"+strconv.Itoa(i), dbs[i], nil))
 		}
 		sc, err := recovery.New(recovery.Config{Participants: fresh, Log: log, Nodes: []string{"prop"},
-			Grace: time.Millisecond, Now: func() time.Time { return time.Now().Add(time.Hour) }})
+			Now: func() time.Time { return time.Now().Add(time.Hour) }})
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -221,15 +262,28 @@ func TestAtomicityUnderFaults(t *testing.T) {
 	})
 }
 
+// stallingLog runs before at its first LogCommit, before writing: a
+// decision write that stalls while a scanner runs.
+type stallingLog struct {
+	*memrm.Log
+	before func()
+	once   sync.Once
+}
+
+func (l *stallingLog) LogCommit(ctx context.Context, rec xa.CommitRecord) error {
+	l.once.Do(l.before)
+	return l.Log.LogCommit(ctx, rec)
+}
+
 // TestStartScansFirstThenPeriodically: Start resolves leftovers before it
 // returns, then keeps scanning until stopped.
 func TestStartScansFirstThenPeriodically(t *testing.T) {
 	ctx := context.Background()
 	db := memrm.NewDB()
-	log := memrm.NewLog()
+	log := oldLog(t, "start", 2*time.Hour)
 	g, _ := xa.NewGlobalID("start", time.Now().Add(-time.Hour))
 	leftover := memrm.New("rm", db, nil)
-	b, _ := leftover.Start(ctx, g.Branch(0))
+	b, _ := leftover.Start(ctx, xa.BranchRef{ID: g, Log: log.Identity().ID}.XID())
 	b.(*memrm.Branch).Put(ctx, 1, 1) //nolint:errcheck
 	if v, err := b.Prepare(ctx); v != xa.VotePrepared {
 		t.Fatal(v, err)

@@ -11,6 +11,16 @@ import (
 	"github.com/xadb/xa/xa"
 )
 
+// oldLog returns an in-memory log for node created age ago.
+func oldLog(t *testing.T, node string, age time.Duration) *memrm.Log {
+	t.Helper()
+	ident, err := xa.NewLogIdentity(node, 0, 0, time.Now().Add(-age))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return memrm.NewLogFor(ident)
+}
+
 // prepared leaves branch i of g prepared on rm, as a crashed coordinator
 // would.
 func prepared(t *testing.T, rm *memrm.RM, g xa.GlobalID, i int) xa.XID {
@@ -37,14 +47,20 @@ func TestScannerKeepsRecordOfUnknownParticipant(t *testing.T) {
 	ctx := context.Background()
 	db := memrm.NewDB()
 	rm := memrm.New("maria", db, nil)
-	log := memrm.NewLog()
+	log := oldLog(t, "n1", 2*time.Hour)
 	g, _ := xa.NewGlobalID("n1", time.Now().Add(-time.Hour))
 	x := prepared(t, rm, g, 0)
 	other, _ := xa.NewGlobalID("n2", time.Now().Add(-time.Hour))
 	prepared(t, rm, other, 0)
-	log.LogCommit(ctx, xa.CommitRecord{ID: g, Logged: time.Now(), Branches: []xa.BranchRecord{ //nolint:errcheck
+	// A record of a transaction logged an hour ago (the log's clock is
+	// set back for the write, which refuses decisions past the timeout).
+	log.SetClock(func() time.Time { return g.Begun })
+	if err := log.LogCommit(ctx, xa.CommitRecord{ID: g, Logged: g.Begun, Branches: []xa.BranchRecord{
 		{RM: "maria", XID: x}, {RM: "oracle", XID: g.Branch(1)},
-	}})
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	log.SetClock(time.Now)
 	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{rm}, Log: log, Nodes: []string{"n1"}, Grace: time.Minute})
 	if err != nil {
 		t.Fatal(err)

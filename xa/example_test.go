@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	xamysql "github.com/xadb/xa/drivers/mysql"
 	xapg "github.com/xadb/xa/drivers/postgres"
@@ -19,10 +20,15 @@ func Example_transfer() {
 	mariaDSN, pgDSN := exampleDatabases() // e.g. "root@tcp(127.0.0.1:3306)/bank", "postgres://..."
 
 	// The decision log: commit decisions are durable here before any
-	// branch is told to commit.
+	// branch is told to commit. Creating one is an explicit act, done once
+	// per node (xactl log init does the same); later runs Open it.
 	dir, _ := os.MkdirTemp("", "xa-example-")
 	defer os.RemoveAll(dir)
-	decisions, err := filelog.Open(dir, filelog.Options{})
+	ident, err := xa.NewLogIdentity("example", 0, 0, time.Now())
+	if err != nil {
+		log.Fatal(err)
+	}
+	decisions, err := filelog.Create(dir+"/log", ident, filelog.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}

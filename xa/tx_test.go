@@ -25,7 +25,7 @@ type rig struct {
 
 func newRig(t *testing.T, n int, cfg xa.Config) *rig {
 	t.Helper()
-	r := &rig{t: t, log: memrm.NewLog()}
+	r := &rig{t: t}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("rm%d", i)
 		db := memrm.NewDB()
@@ -40,6 +40,7 @@ func newRig(t *testing.T, n int, cfg xa.Config) *rig {
 	if cfg.Node == "" {
 		cfg.Node = "test"
 	}
+	r.log = memrm.NewLog(cfg.Node)
 	cfg.Log = r.log
 	if cfg.Phase2Timeout == 0 {
 		cfg.Phase2Timeout = time.Second

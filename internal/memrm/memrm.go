@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/xadb/xa/xa"
 )
@@ -69,6 +70,7 @@ type DB struct {
 	rows      map[int]int
 	branches  map[string]*brec           // by XID text
 	decisions map[string]xa.CommitRecord // written by last-resource commits
+	aborts    map[string]time.Time       // abort markers (recovery's fence), same key space as decisions
 }
 
 type brec struct {
@@ -80,7 +82,7 @@ type brec struct {
 
 // NewDB returns an empty database.
 func NewDB() *DB {
-	return &DB{rows: map[int]int{}, branches: map[string]*brec{}, decisions: map[string]xa.CommitRecord{}}
+	return &DB{rows: map[int]int{}, branches: map[string]*brec{}, decisions: map[string]xa.CommitRecord{}, aborts: map[string]time.Time{}}
 }
 
 // Get returns row k as committed.
@@ -166,6 +168,58 @@ func (rm *RM) ForgetDecisions(ctx context.Context, ids []xa.GlobalID) error {
 		delete(rm.db.decisions, id.String())
 	}
 	return nil
+}
+
+// HasDecisionTable reports true: every DB has a decision table.
+func (rm *RM) HasDecisionTable() bool { return true }
+
+// ClaimAbort stores an abort marker under id's key, unless a decision is
+// stored there (xa.ErrCommitRecorded). A last-resource commit holds the
+// DB's lock for its whole commit, so a claim waits for one in flight, as a
+// database's unique key makes it.
+func (rm *RM) ClaimAbort(ctx context.Context, id xa.GlobalID, _ string) error {
+	if _, err := rm.fault(ctx, OpRecover, xa.XID{}); err != nil {
+		return err
+	}
+	rm.db.mu.Lock()
+	defer rm.db.mu.Unlock()
+	if _, ok := rm.db.decisions[id.String()]; ok {
+		return fmt.Errorf("memrm: %s: %w", id, xa.ErrCommitRecorded)
+	}
+	if _, ok := rm.db.aborts[id.String()]; !ok {
+		rm.db.aborts[id.String()] = time.Now()
+	}
+	return nil
+}
+
+// ForgetAborts deletes abort markers older than retention.
+func (rm *RM) ForgetAborts(ctx context.Context, retention time.Duration) (int, error) {
+	if _, err := rm.fault(ctx, OpRecover, xa.XID{}); err != nil {
+		return 0, err
+	}
+	rm.db.mu.Lock()
+	defer rm.db.mu.Unlock()
+	n := 0
+	for k, t := range rm.db.aborts {
+		if time.Since(t) > retention {
+			delete(rm.db.aborts, k)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// fenced reports whether an abort marker holds id's key; db.mu is held.
+func (db *DB) fenced(id xa.GlobalID) bool {
+	_, ok := db.aborts[id.String()]
+	return ok
+}
+
+// AbortMarkers counts the abort markers stored.
+func (db *DB) AbortMarkers() int {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return len(db.aborts)
 }
 
 var _ xa.ResourceManager = (*RM)(nil)
@@ -323,6 +377,12 @@ func (b *Branch) commitLocal(ctx context.Context, op Op, rec *xa.CommitRecord) e
 		delete(db.branches, b.xid.String())
 		db.mu.Unlock()
 		return b.rm.err(op, b.xid, xa.ErrRolledBack, "refused")
+	}
+	if rec != nil && db.fenced(rec.ID) {
+		// The decision's key holds recovery's abort marker.
+		delete(db.branches, b.xid.String())
+		db.mu.Unlock()
+		return &xa.Error{Op: op.String(), RM: b.rm.name, XID: b.xid, Kind: xa.ErrRolledBack, Err: xa.ErrAbortRecorded}
 	}
 	delete(db.branches, b.xid.String())
 	for k, v := range r.writes {
