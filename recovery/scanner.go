@@ -111,6 +111,9 @@ type Config struct {
 	// older than this. The log's grace (LogIdentity.Grace) is the default
 	// and the minimum: a shorter value is ignored.
 	Grace time.Duration
+	// Unreachable names participants that are configured but could not be
+	// opened, with why: reports say so instead of "not configured".
+	Unreachable map[string]error
 	// Logger receives a line per action; nil discards.
 	Logger *slog.Logger
 	// Now returns the time; nil means time.Now.
@@ -383,7 +386,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	for _, d := range delegations {
 		switch {
 		case st.stores[d.Participant] == nil:
-			why = append(why, fmt.Sprintf("the log delegated decisions to participant %q, which is not configured with its decision table", d.Participant))
+			why = append(why, s.undelegated(d.Participant))
 		case unread[d.Participant]:
 			why = append(why, fmt.Sprintf("the decisions stored in participant %q could not be read", d.Participant))
 		}
@@ -509,6 +512,9 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		for _, br := range rec.Branches {
 			sv := st.serverOf[br.RM]
 			switch {
+			case sv == nil && s.cfg.Unreachable[br.RM] != nil:
+				reasons = append(reasons, fmt.Sprintf("participant %q could not be opened: %v", br.RM, s.cfg.Unreachable[br.RM]))
+				unseen = true
 			case sv == nil:
 				reasons = append(reasons, fmt.Sprintf("participant %q is not configured", br.RM))
 				unseen = true
@@ -582,6 +588,14 @@ func (s *Scanner) forgetAborts(ctx context.Context, rep *Report, st *scanState, 
 			s.log.Info("pruned abort markers past their retention", "rm", name, "count", n)
 		}
 	}
+}
+
+// undelegated says why a store the log delegated to cannot be read.
+func (s *Scanner) undelegated(name string) string {
+	if err := s.cfg.Unreachable[name]; err != nil {
+		return fmt.Sprintf("the log delegated decisions to participant %q, which could not be opened: %v", name, err)
+	}
+	return fmt.Sprintf("the log delegated decisions to participant %q, which is not configured with its decision table", name)
 }
 
 func (s *Scanner) participant(name string) xa.ResourceManager {
@@ -711,7 +725,7 @@ func (s *Scanner) takeFence(ctx context.Context, st *scanState, b *Branch) (xa.C
 	for _, d := range delegations {
 		if st.stores[d.Participant] == nil {
 			b.Verdict = Blocked
-			b.Reason = fmt.Sprintf("the log delegated decisions to participant %q, which is not configured with its decision table", d.Participant)
+			b.Reason = s.undelegated(d.Participant)
 			return xa.CommitRecord{}, false, fmt.Errorf("%w: %s", xa.ErrRetryable, b.Reason)
 		}
 	}

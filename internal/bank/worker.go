@@ -30,7 +30,7 @@ const (
 // WorkerConfig configures a coordinator process running transfers.
 type WorkerConfig struct {
 	MySQLDSN, PGDSN string
-	LogDir          string // the decision log (filelog)
+	LogDir          string // the decision log (filelog): created before the worker starts
 	Node            string
 	Accounts        int
 	Workers         int       // concurrent transfers
@@ -42,7 +42,11 @@ type WorkerConfig struct {
 	// instead of the log for the decision, see postgres.Config).
 	LastResource bool
 	Timeout      time.Duration // global transaction timeout
-	Logger       *slog.Logger
+	// Phase-2 settings of the manager (0: xa's defaults); the log's grace
+	// must cover them.
+	Phase2Attempts int
+	Phase2Timeout  time.Duration
+	Logger         *slog.Logger
 }
 
 // RunWorker runs transfers and writes one line per finished transfer to
@@ -79,15 +83,15 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 		return err
 	}
 	defer pg.Close()
-	mgr, err := xa.NewManager(xa.Config{Node: cfg.Node, Log: trig.WrapLog(log), Timeout: cfg.Timeout, Logger: cfg.Logger})
+	mgr, err := xa.NewManager(xa.Config{Node: cfg.Node, Log: trig.WrapLog(log), Timeout: cfg.Timeout, Logger: cfg.Logger,
+		Phase2Attempts: cfg.Phase2Attempts, Phase2Timeout: cfg.Phase2Timeout})
 	if err != nil {
 		return err
 	}
 	myP, pgP := trig.WrapRM(my), trig.WrapRM(pg)
 	// Recovery of this node runs at start-up and every few seconds, as in
 	// any process that runs a Manager.
-	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{my, pg}, Log: log,
-		Nodes: []string{cfg.Node}, Grace: mgr.GracePeriod(), Logger: cfg.Logger})
+	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{my, pg}, Log: log, Logger: cfg.Logger})
 	if err != nil {
 		return err
 	}

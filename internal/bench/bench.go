@@ -35,6 +35,7 @@ import (
 	xamysql "github.com/xadb/xa/drivers/mysql"
 	xapg "github.com/xadb/xa/drivers/postgres"
 	"github.com/xadb/xa/recovery"
+	"github.com/xadb/xa/recovery/filelog"
 	"github.com/xadb/xa/xa"
 )
 
@@ -66,17 +67,11 @@ type Setup struct {
 	Rows     int // rows per worker
 }
 
-// Log is the decision log the transaction manager writes and recovery
-// reads (filelog.Log is one).
-type Log interface {
-	xa.DecisionLog
-	recovery.Log
-}
-
 // Open connects to both databases and creates the accounts tables (rows
 // rows for each of workers workers) in the given databases, which must
-// exist and be empty of an accounts table. log is the TM's decision log.
-func Open(ctx context.Context, mysqlDSN, pgDSN string, workers, rows int, log Log) (*Setup, error) {
+// exist and be empty of an accounts table. log is the TM's decision log,
+// created for node "bench".
+func Open(ctx context.Context, mysqlDSN, pgDSN string, workers, rows int, log xa.RecoveryLog) (*Setup, error) {
 	mc, err := gomysql.ParseDSN(mysqlDSN)
 	if err != nil {
 		return nil, fmt.Errorf("mysql DSN: %w", err)
@@ -136,12 +131,11 @@ func Open(ctx context.Context, mysqlDSN, pgDSN string, workers, rows int, log Lo
 	if err != nil {
 		return fail(err)
 	}
-	s.LastMgr, err = xa.NewManager(xa.Config{Node: "bench-last", Log: log})
+	s.LastMgr, err = xa.NewManager(xa.Config{Node: "bench", Log: log})
 	if err != nil {
 		return fail(err)
 	}
-	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{s.MyRM, s.LastPG}, Log: log,
-		Nodes: []string{"bench-last"}, Grace: s.LastMgr.GracePeriod()})
+	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{s.MyRM, s.LastPG}, Log: log})
 	if err != nil {
 		return fail(err)
 	}
@@ -467,4 +461,14 @@ func (c Comparison) CheckBalances(ctx context.Context, s *Setup) error {
 		return fmt.Errorf("bench: balance over both databases went from %d to %d: a transfer was half-applied", c.total, my+pg)
 	}
 	return nil
+}
+
+// CreateLog creates the decision log of a benchmark run in dir: node
+// "bench", the default timeout and grace.
+func CreateLog(dir string, opts filelog.Options) (*filelog.Log, error) {
+	ident, err := xa.NewLogIdentity("bench", 0, 0, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return filelog.Create(dir, ident, opts)
 }

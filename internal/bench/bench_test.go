@@ -26,7 +26,7 @@ func BenchmarkTransfer(b *testing.B) {
 		dir = b.TempDir()
 	}
 	defer os.RemoveAll(dir)
-	l, err := filelog.Open(dir, filelog.Options{})
+	l, err := CreateLog(dir+"/log", filelog.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

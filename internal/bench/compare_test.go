@@ -17,7 +17,7 @@ func TestCompareShort(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	my, pg := dbtest.MySQLDB(t), dbtest.PostgresDB(t)
-	l, err := filelog.Open(t.TempDir(), filelog.Options{})
+	l, err := CreateLog(t.TempDir()+"/log", filelog.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

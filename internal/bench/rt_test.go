@@ -76,7 +76,7 @@ func TestRoundTrips(t *testing.T) {
 	mc.Addr = myC.ln.Addr().String()
 	pcfg, _ := pgx.ParseConfig(pg.DSN())
 	pgDSN := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", pcfg.User, pgC.ln.Addr(), pcfg.Database)
-	l, err := filelog.Open(t.TempDir(), filelog.Options{})
+	l, err := CreateLog(t.TempDir()+"/log", filelog.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

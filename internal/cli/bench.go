@@ -68,7 +68,7 @@ creates tables named accounts in those databases (drop them first).`,
 				return err
 			}
 			defer os.RemoveAll(logDir)
-			decisions, err := filelog.Open(logDir, filelog.Options{})
+			decisions, err := bench.CreateLog(logDir+"/log", filelog.Options{})
 			if err != nil {
 				return err
 			}

@@ -24,7 +24,7 @@ func TestFiresOnNthPass(t *testing.T) {
 	fired := 0
 	tr.Kill = func() { fired++ }
 	rm := tr.WrapRM(memrm.New("a", memrm.NewDB(), nil))
-	log := tr.WrapLog(memrm.NewLog())
+	log := tr.WrapLog(memrm.NewLog("n"))
 	mgr, _ := xa.NewManager(xa.Config{Node: "n", Log: log})
 	rm2 := tr.WrapRM(memrm.New("b", memrm.NewDB(), nil))
 	for i := 0; i < 3; i++ {

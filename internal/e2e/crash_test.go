@@ -34,13 +34,15 @@ type worker struct {
 
 func (b *bankEnv) startWorker(cfg bank.WorkerConfig) *worker {
 	b.t.Helper()
+	b.createLog()
 	cfg.MySQLDSN, cfg.PGDSN, cfg.LogDir = b.my.DSN(), b.pg.DSN(), b.logDir
 	if cfg.Accounts == 0 {
 		cfg.Accounts = b.accounts
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 2 * time.Second
+		cfg.Timeout = b.timeout
 	}
+	cfg.Phase2Attempts, cfg.Phase2Timeout = testPhase2Attempts, testPhase2Timeout
 	spec, err := json.Marshal(cfg)
 	if err != nil {
 		b.t.Fatal(err)

@@ -54,6 +54,54 @@ type bankEnv struct {
 	accounts int
 	logDir   string
 	node     string
+	// timeout is the global transaction timeout the decision log is
+	// created for (default 2 s): managers may use up to it.
+	timeout time.Duration
+	created bool
+}
+
+// Phase-2 settings of the tests' managers: short, so that the grace period
+// (timeout + phase-2 budget + margin) stays a few seconds.
+const (
+	testPhase2Attempts = 3
+	testPhase2Timeout  = time.Second
+)
+
+// grace returns the presumed-abort grace of the test's decision log.
+func (b *bankEnv) grace() time.Duration {
+	return b.timeout + xa.Phase2Budget(testPhase2Attempts, testPhase2Timeout, xa.DefaultRetryBackoff) + 500*time.Millisecond
+}
+
+// createLog creates the test's decision log (once): node b.node, timeout
+// b.timeout, grace b.grace().
+func (b *bankEnv) createLog() {
+	b.t.Helper()
+	if b.created {
+		return
+	}
+	ident, err := xa.NewLogIdentity(b.node, b.timeout, b.grace(), time.Now())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	log, err := filelog.Create(b.logDir, ident, filelog.Options{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if err := log.Close(); err != nil {
+		b.t.Fatal(err)
+	}
+	b.created = true
+}
+
+// openLog opens the test's decision log, creating it the first time.
+func (b *bankEnv) openLog() *filelog.Log {
+	b.t.Helper()
+	b.createLog()
+	log, err := filelog.Open(b.logDir, filelog.Options{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return log
 }
 
 var nodeSeq atomic.Int64
@@ -65,7 +113,7 @@ func newBank(t *testing.T, my, pg *dbtest.DB, accounts int) *bankEnv {
 		t.Fatal(err)
 	}
 	node := fmt.Sprintf("e2e%d-%d", os.Getpid(), nodeSeq.Add(1))
-	return &bankEnv{t: t, my: my, pg: pg, accounts: accounts, logDir: t.TempDir(), node: node}
+	return &bankEnv{t: t, my: my, pg: pg, accounts: accounts, logDir: t.TempDir() + "/log", node: node, timeout: 2 * time.Second}
 }
 
 // rms opens both resource managers with the bank's participant names;
@@ -95,12 +143,10 @@ func (b *bankEnv) rms(last ...bool) (*xamysql.RM, *xapg.RM) {
 // log is closed when t ends or when the caller does (Close twice is fine).
 func (b *bankEnv) manager(timeout time.Duration) (*xa.Manager, *filelog.Log) {
 	b.t.Helper()
-	log, err := filelog.Open(b.logDir, filelog.Options{})
-	if err != nil {
-		b.t.Fatal(err)
-	}
+	log := b.openLog()
 	b.t.Cleanup(func() { log.Close() })
-	mgr, err := xa.NewManager(xa.Config{Node: b.node, Log: log, Timeout: timeout})
+	mgr, err := xa.NewManager(xa.Config{Node: b.node, Log: log, Timeout: timeout,
+		Phase2Attempts: testPhase2Attempts, Phase2Timeout: testPhase2Timeout})
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -113,10 +159,7 @@ func (b *bankEnv) manager(timeout time.Duration) (*xa.Manager, *filelog.Log) {
 func (b *bankEnv) recoverAll(grace time.Duration) recovery.Report {
 	b.t.Helper()
 	ctx := context.Background()
-	log, err := filelog.Open(b.logDir, filelog.Options{})
-	if err != nil {
-		b.t.Fatalf("reopening the decision log: %v", err)
-	}
+	log := b.openLog()
 	defer log.Close()
 	my, pg := b.rms(true)
 	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{my, pg}, Log: log, Nodes: []string{b.node}, Grace: grace})
