@@ -246,7 +246,10 @@ type Report struct {
 	// (ghost prepared transactions, a participant that did not answer).
 	Kept []KeptRecord
 	// Aborted: transactions whose abort this scan recorded (presumed
-	// abort), before rolling their branches back.
+	// abort) and whose branches it then rolled back. A transaction that
+	// turned out to have finished between the listing and the abort record
+	// is not counted: its abort record is inert (nothing of it is left to
+	// decide) and is forgotten after its retention.
 	Aborted []xa.GlobalID
 	// ForgottenAborts: abort records dropped (no branch left, retention
 	// passed).
@@ -335,13 +338,16 @@ type scanState struct {
 	serverOf map[string]*server       // participant name -> its listing
 	fenced   map[string]error         // global id text -> outcome of taking the fence this scan
 	aborted  []xa.GlobalID            // abort records this scan wrote
+	// Of those, transactions with a branch still listed after the fence
+	// (rolledBack), and those with one found gone (vanished).
+	rolledBack, vanished map[string]bool
 }
 
 func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	var rep Report
 	st := &scanState{dry: dry, records: map[string]xa.CommitRecord{}, aborts: map[string]xa.AbortRecord{},
 		inStore: map[string]DecisionStore{}, stores: map[string]DecisionStore{}, serverOf: map[string]*server{},
-		fenced: map[string]error{}}
+		fenced: map[string]error{}, rolledBack: map[string]bool{}, vanished: map[string]bool{}}
 	// Read the decisions BEFORE listing the branches: every branch of a
 	// record read here was prepared before the record was written, so a
 	// listing taken afterwards that lacks it means it is finished.
@@ -453,14 +459,6 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		for _, rm := range sv.members {
 			rep.Participants = append(rep.Participants, rm.Name())
 		}
-		if gc, ok := lister.(GhostCounter); ok {
-			n, err := gc.UnlistedPrepared(ctx)
-			if err != nil {
-				rep.Errors = append(rep.Errors, fmt.Errorf("recovery: counting unlisted prepared transactions on %s: %w", lister.Name(), err))
-				n = -1
-			}
-			ghosts[sv] = n
-		}
 		for _, p := range prepared {
 			b := Branch{Participant: sv.members[0].Name(), Prepared: p}
 			b.Age, b.AgeKnown = p.Age(now)
@@ -494,6 +492,16 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 				}
 			}
 			rep.Branches = append(rep.Branches, b)
+		}
+		// Counted after acting, not between the listing and the acts,
+		// which it would delay: it only decides what may be forgotten.
+		if gc, ok := lister.(GhostCounter); ok {
+			n, err := gc.UnlistedPrepared(ctx)
+			if err != nil {
+				rep.Errors = append(rep.Errors, fmt.Errorf("recovery: counting unlisted prepared transactions on %s: %w", lister.Name(), err))
+				n = -1
+			}
+			ghosts[sv] = n
 		}
 	}
 
@@ -562,7 +570,12 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	if !dry {
 		s.forgetAborts(ctx, &rep, st, aborts, len(answered) == len(servers), listedIDs)
 	}
-	rep.Aborted = st.aborted
+	// Report the presumed aborts that found something to roll back.
+	for _, id := range st.aborted {
+		if k := id.String(); st.rolledBack[k] || !st.vanished[k] {
+			rep.Aborted = append(rep.Aborted, id)
+		}
+	}
 	return rep, nil
 }
 
@@ -661,12 +674,33 @@ func (s *Scanner) act(ctx context.Context, st *scanState, rm xa.ResourceManager,
 				s.commit(ctx, rm, b, rec, attrs)
 				return
 			}
+			// The listing is older than the fence: the transaction may
+			// have finished in between (committed, and its record
+			// forgotten, before the abort was recorded). Then the abort
+			// record is inert, and this scan rolled back nothing.
+			if listed, err := stillListed(ctx, rm, b.Prepared.XID); err == nil && !listed {
+				b.Done = true
+				b.Reason = "finished before the abort was recorded (committed or rolled back by its coordinator): nothing to roll back"
+				st.vanished[b.ID.String()] = true
+				s.log.Info("in-doubt branch finished before its presumed abort was recorded", attrs...)
+				return
+			}
+			st.rolledBack[b.ID.String()] = true
 		}
 		err := rm.Rollback(ctx, b.Prepared.XID, xa.Origin{})
 		s.record(b, err, "rolled back in-doubt branch (presumed abort)", attrs)
 	case Anomaly:
 		s.log.Error("in-doubt branch not listed by its commit record: left alone", attrs...)
 	}
+}
+
+// stillListed reports whether rm lists x as prepared now.
+func stillListed(ctx context.Context, rm xa.ResourceManager, x xa.XID) (bool, error) {
+	ps, err := rm.Recover(ctx)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(ps, func(p xa.PreparedBranch) bool { return p.XID.Equal(x) }), nil
 }
 
 func (s *Scanner) commit(ctx context.Context, rm xa.ResourceManager, b *Branch, rec xa.CommitRecord, attrs []any) {

@@ -45,6 +45,7 @@ func testBankInvariant(t *testing.T, last bool) {
 	ctx := context.Background()
 	my, pg := b.rms(last)
 	timeout := 5 * time.Second
+	b.timeout = timeout
 	mgr, log := b.manager(timeout)
 	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{my, pg}, Log: log, Nodes: []string{b.node}, Grace: timeout + time.Second})
 	if err != nil {

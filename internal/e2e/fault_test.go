@@ -61,7 +61,8 @@ func TestLostCommitReply(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer pg.Close()
-			mgr, log := b.manager(5 * time.Second)
+			b.timeout = 5 * time.Second
+			mgr, log := b.manager(b.timeout)
 			match := map[string]string{"mariadb": "XA COMMIT", "postgres": "COMMIT PREPARED"}[side]
 			rule := proxy.CutAfter(match)
 			res, err := mgr.Run(ctx, func(ctx context.Context, tx *xa.Tx) error {
