@@ -26,6 +26,7 @@ type Metrics struct {
 	pending       prometheus.Counter
 	inDoubt       *prometheus.GaugeVec
 	recovered     *prometheus.CounterVec
+	presumed      prometheus.Counter
 	scanErrors    prometheus.Counter
 	logSyncs      prometheus.Counter
 	logGroup      prometheus.Histogram
@@ -40,7 +41,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	lat := prometheus.ExponentialBuckets(0.0002, 2, 16) // 0.2ms .. 6.5s
 	m := &Metrics{
 		txs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "xa_transactions_total", Help: "Global transactions finished, by outcome (committed, aborted, unknown) and protocol (two_phase, one_phase).",
+			Name: "xa_transactions_total", Help: "Global transactions finished, by outcome (committed, aborted, unknown, heuristic: a database rolled back a branch whose commit was decided) and protocol (two_phase, one_phase).",
 		}, []string{"outcome", "protocol"}),
 		phase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "xa_phase_duration_seconds", Help: "Duration of the protocol's phases: prepare, log (decision made durable), commit (phase 2), total (begin to finish).", Buckets: lat,
@@ -49,11 +50,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "xa_branches_left_to_recovery_total", Help: "Branches whose phase 2 the coordinator gave up to recovery.",
 		}),
 		inDoubt: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "xa_in_doubt_branches", Help: "Prepared branches of ours left unresolved after the last recovery scan, by participant.",
+			Name: "xa_in_doubt_branches", Help: "Prepared branches of ours left unresolved after the last recovery scan (waiting, failed, anomalous, of another log, older than the log, or blocked), by participant.",
 		}, []string{"participant"}),
 		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "xa_recovery_actions_total", Help: "Branches resolved by recovery, by action (commit, rollback) and result (ok, error).",
 		}, []string{"action", "result"}),
+		presumed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xa_recovery_presumed_aborts_total", Help: "Transactions whose abort recovery recorded (the fence) and then rolled back (presumed abort).",
+		}),
 		scanErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "xa_recovery_scan_errors_total", Help: "Recovery scans, or parts of them, that failed (a participant or the log could not be read).",
 		}),
@@ -70,7 +74,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "xa_decision_log_records_total", Help: "Records written to the decision log.",
 		}),
 	}
-	reg.MustRegister(m.txs, m.phase, m.pending, m.inDoubt, m.recovered, m.scanErrors, m.logSyncs, m.logGroup, m.logSyncTime, m.logSyncedRecs)
+	reg.MustRegister(m.txs, m.phase, m.pending, m.inDoubt, m.recovered, m.presumed, m.scanErrors, m.logSyncs, m.logGroup, m.logSyncTime, m.logSyncedRecs)
 	return m
 }
 
@@ -123,10 +127,11 @@ func (m *Metrics) ObserveScan(rep recovery.Report, err error) {
 				counts[b.Participant]++
 			}
 			m.recovered.WithLabelValues(b.Verdict.String(), result).Inc()
-		case recovery.Wait, recovery.Anomaly:
+		case recovery.Wait, recovery.Anomaly, recovery.OtherLog, recovery.Predates, recovery.Blocked:
 			counts[b.Participant]++
 		}
 	}
+	m.presumed.Add(float64(len(rep.Aborted)))
 	for p, n := range counts {
 		m.inDoubt.WithLabelValues(p).Set(float64(n))
 	}
