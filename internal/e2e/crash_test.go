@@ -18,6 +18,8 @@ import (
 	"github.com/xadb/xa/internal/bank"
 	"github.com/xadb/xa/internal/dbtest"
 	"github.com/xadb/xa/recovery"
+	"github.com/xadb/xa/recovery/filelog"
+	"github.com/xadb/xa/xa"
 )
 
 // worker is a coordinator child process (this test binary as
@@ -268,5 +270,78 @@ func TestServerRestartsWithPreparedBranches(t *testing.T) {
 				t.Fatalf("%d transfers committed after restarts and recovery; want exactly the decided one", len(st.MySQLLedger))
 			}
 		})
+	}
+}
+
+// TestRestartOnNewEmptyLog: the coordinator dies right after its commit
+// decision is durable, and comes back pointed at a new, empty decision log
+// (a deleted directory, a mistyped path, a fresh volume). Before logs had
+// identities, its start-up recovery found no record, waited out the grace
+// period and rolled back the committed transaction. Now the branches name
+// the first log: the new one's recovery reports them as another log's and
+// leaves them prepared, however old; recovery with the right log commits
+// them.
+func TestRestartOnNewEmptyLog(t *testing.T) {
+	t.Parallel()
+	b := newBank(t, dbtest.MySQLDB(t), dbtest.PostgresDB(t), 2)
+	w := b.startWorker(bank.WorkerConfig{Node: b.node, Workers: 1, Transfers: 1, Crash: "log:1", Seed: 5})
+	if !w.wait() {
+		t.Fatal("the worker was not killed after its decision")
+	}
+	ctx := context.Background()
+
+	// The restarted coordinator, on a new empty log of the same node.
+	ident, err := xa.NewLogIdentity(b.node, b.timeout, b.grace(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := filelog.Create(t.TempDir()+"/new-log", ident, filelog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	my, pg := b.rms()
+	if _, err := xa.NewManager(xa.Config{Node: b.node, Log: fresh, Timeout: b.timeout,
+		Phase2Attempts: testPhase2Attempts, Phase2Timeout: testPhase2Timeout}); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{my, pg}, Log: fresh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(sc.Grace() + time.Second) // wait out the grace period
+	for pass := 0; pass < 2; pass++ {
+		rep, err := sc.Scan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ours := 0
+		for _, br := range rep.Branches {
+			if br.ID.Node != b.node {
+				continue
+			}
+			ours++
+			if br.Verdict != recovery.OtherLog || br.Done || !strings.Contains(br.Reason, "belongs to decision log") {
+				t.Fatalf("pass %d: %s verdict %v done %v (%s); want left alone as another log's", pass, br.Prepared.XID, br.Verdict, br.Done, br.Reason)
+			}
+			t.Logf("new log's scan: %s %s: %s", br.Participant, br.Prepared.XID, br.Reason)
+		}
+		if ours != 2 || rep.InDoubt() < 2 || len(rep.Aborted) != 0 {
+			t.Fatalf("pass %d: %d branches of ours, %d in doubt, %d aborts recorded; want 2, 2, 0", pass, ours, rep.InDoubt(), len(rep.Aborted))
+		}
+	}
+	st, err := bank.Read(ctx, b.my.DSN(), b.pg.DSN(), b.node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.MySQLLedger)+len(st.PGLedger) != 0 {
+		t.Fatalf("committed before recovery: %v %v", st.MySQLLedger, st.PGLedger)
+	}
+	// With the right log, recovery commits the transaction.
+	b.recoverAll(0)
+	st = b.check(nil)
+	if len(st.MySQLLedger) != 1 || len(st.PGLedger) != 1 {
+		t.Logf("ledgers: %v %v", st.MySQLLedger, st.PGLedger)
+		t.Fatalf("after recovery with the coordinator's own log: %d and %d ledger rows, want 1 and 1", len(st.MySQLLedger), len(st.PGLedger))
 	}
 }
