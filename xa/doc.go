@@ -9,14 +9,25 @@
 // I/O concurrently. A branch can only be told to commit with a proof that
 // its decision is durable in hand (the decision type in tx.go).
 //
+// Presumed abort is fenced (docs/protocol.md): recovery records an abort
+// before it rolls anything back, and a DecisionLog refuses a commit record
+// for a transaction with an abort record (ErrAbortRecorded), so a
+// coordinator that loses that race reports aborted, never committed. The
+// coordinator takes no decision after Begin + Timeout, and reads "unknown
+// XID" in phase 2 as committed only once the log shows no abort record.
+//
 // # Usage
 //
 // The caller's duties:
 //
-//  1. Open a decision log (recovery/filelog) and one resource manager per
-//     database, each with a name that stays the same across restarts.
-//  2. Create one Manager per process with a node id no other running
-//     process uses: recovery resolves every branch of its node.
+//  1. Create a decision log once per node (filelog.Create, or xactl log
+//     init) and open it at every start (filelog.Open); open one resource
+//     manager per database, each with a name that stays the same across
+//     restarts.
+//  2. Create one Manager per process on its node's log: the log's identity
+//     fixes the node, the longest timeout and the grace period, and every
+//     branch XID names the log, so recovery with any other log leaves the
+//     branches alone.
 //  3. Start recovery (recovery.Scanner.Start) for that node at start-up,
 //     before or beside new transactions, and keep it running.
 //  4. Run each global transaction with Manager.Run, or Begin, Enlist each
