@@ -111,11 +111,34 @@ type branchJSON struct {
 	GlobalID    string `json:"global_id"`
 	Node        string `json:"node"`
 	AgeSeconds  *int64 `json:"age_seconds"`
+	Log         string `json:"log"`
 	Decision    string `json:"decision"`
 	Heuristic   string `json:"heuristic"`
+	Verdict     string `json:"verdict"`
 	Action      string `json:"action"`
+	Reason      string `json:"reason"`
+	InDoubt     bool   `json:"in_doubt"`
 	Done        bool   `json:"done"`
 	Error       string `json:"error"`
+}
+
+type identityJSON struct {
+	ID      string `json:"id"`
+	Node    string `json:"node"`
+	Created string `json:"created"`
+	Timeout string `json:"timeout"`
+	Grace   string `json:"grace"`
+}
+
+type unlistedJSON struct {
+	Participant string `json:"participant"`
+	Error       string `json:"error"`
+}
+
+type abortJSON struct {
+	GlobalID string `json:"global_id"`
+	Logged   string `json:"logged"`
+	Reason   string `json:"reason"`
 }
 
 type heuristicJSON struct {
@@ -128,8 +151,14 @@ type heuristicJSON struct {
 }
 
 type listJSON struct {
+	Log        *identityJSON   `json:"log"`
+	LogInUse   bool            `json:"log_in_use"`
+	Grace      string          `json:"grace"`
+	Listed     []string        `json:"listed"`
+	Unlisted   []unlistedJSON  `json:"unlisted"`
 	Branches   []branchJSON    `json:"branches"`
 	Heuristics []heuristicJSON `json:"heuristics"`
+	Aborts     []abortJSON     `json:"aborts"`
 	InDoubt    *int            `json:"in_doubt"`
 	Errors     []string        `json:"errors"`
 }
@@ -140,12 +169,18 @@ type keptJSON struct {
 }
 
 type recoverJSON struct {
-	DryRun    bool         `json:"dry_run"`
-	Branches  []branchJSON `json:"branches"`
-	Forgotten []string     `json:"forgotten"`
-	Kept      []keptJSON   `json:"kept"`
-	InDoubt   *int         `json:"in_doubt"`
-	Errors    []string     `json:"errors"`
+	DryRun          bool           `json:"dry_run"`
+	Log             *identityJSON  `json:"log"`
+	Grace           string         `json:"grace"`
+	Listed          []string       `json:"listed"`
+	Unlisted        []unlistedJSON `json:"unlisted"`
+	Branches        []branchJSON   `json:"branches"`
+	Aborted         []string       `json:"aborted"`
+	Forgotten       []string       `json:"forgotten"`
+	ForgottenAborts []string       `json:"forgotten_aborts"`
+	Kept            []keptJSON     `json:"kept"`
+	InDoubt         *int           `json:"in_doubt"`
+	Errors          []string       `json:"errors"`
 }
 
 // branch returns the view of the branch with XID text x (or raw
@@ -172,9 +207,17 @@ func hasBranch(bs []branchJSON, p, x string) bool {
 
 var nodeSeq atomic.Int64
 
+// The identity of every test's decision log: a short grace, so that tests
+// see presumed abort without waiting long. The default configuration
+// lengthens it (recovery.grace: 10m) so that young branches wait there.
+const (
+	logTimeout = 500 * time.Millisecond
+	logGrace   = time.Second
+)
+
 // env is one test's world: a MariaDB and a PostgreSQL database with table
 // kv, resource managers on them playing the crashed coordinator, a node id
-// and a decision log directory of the test's own.
+// and a decision log of the test's own.
 type env struct {
 	t      *testing.T
 	ctx    context.Context
@@ -184,8 +227,8 @@ type env struct {
 	pgRM   *xapg.RM
 	dir    string // the test's temporary directory
 	logDir string
-	grace  string // recovery.grace of the default configuration ("" for the default)
-	cfg    string // path of the default configuration file
+	logID  xa.LogID // the decision log's id, which our XIDs carry
+	cfg    string   // path of the default configuration file (recovery.grace: 10m)
 }
 
 func newEnv(t *testing.T) *env {
@@ -218,8 +261,38 @@ func newEnv(t *testing.T) *env {
 		e.pgRM.Close()
 		e.rollbackLeftovers()
 	})
-	e.cfg = e.writeConfig("xactl.yaml", e.configText(""))
+	e.createLog(e.logDir, e.node, logTimeout, logGrace)
+	e.cfg = e.writeConfig("xactl.yaml", e.configText("10m"))
 	return e
+}
+
+// createLog creates a decision log in dir, as the transaction manager's
+// operator does before it first starts, and makes it the test's if dir is
+// the test's log directory.
+func (e *env) createLog(dir, node string, timeout, grace time.Duration) xa.LogIdentity {
+	e.t.Helper()
+	ident, err := xa.NewLogIdentity(node, timeout, grace, time.Now())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	l, err := filelog.Create(dir, ident, filelog.Options{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		e.t.Fatal(err)
+	}
+	if dir == e.logDir {
+		e.logID = ident.ID
+	}
+	// Branches begin after the log was created, by its millisecond clock.
+	time.Sleep(2 * time.Millisecond)
+	return ident
+}
+
+// xid is branch i of g, of the test's decision log.
+func (e *env) xid(g xa.GlobalID, i int) xa.XID {
+	return xa.BranchRef{ID: g, Index: i, Log: e.logID}.XID()
 }
 
 // configText returns a configuration for the test's node, log and both
@@ -249,6 +322,13 @@ func (e *env) writeConfig(name, text string) string {
 func (e *env) graceConfig(grace string) string {
 	e.t.Helper()
 	return e.writeConfig("grace-"+grace+".yaml", e.configText(grace))
+}
+
+// logGraceConfig writes a configuration without recovery.grace: the log's
+// grace (1 s) applies.
+func (e *env) logGraceConfig() string {
+	e.t.Helper()
+	return e.writeConfig("log-grace.yaml", e.configText(""))
 }
 
 // run runs xactl with the default configuration.
@@ -289,7 +369,7 @@ func (e *env) prepareAt(k int, begun time.Time) txn {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	tx := txn{id: g, my: g.Branch(0), pg: g.Branch(1), k: k}
+	tx := txn{id: g, my: e.xid(g, 0), pg: e.xid(g, 1), k: k}
 
 	mb, err := e.myRM.Start(e.ctx, tx.my)
 	if err != nil {
@@ -334,12 +414,17 @@ func (tx txn) record() xa.CommitRecord {
 // coordinator did before it died.
 func (e *env) logCommit(recs ...xa.CommitRecord) {
 	e.t.Helper()
-	l, err := filelog.Open(e.logDir, filelog.Options{})
+	// The coordinator decided in time: the log refuses a decision past its
+	// transaction's begin plus the log's timeout (500 ms here) by the log's
+	// clock, which is set back to each transaction's begin.
+	var at time.Time
+	l, err := filelog.Open(e.logDir, filelog.Options{Now: func() time.Time { return at }})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer l.Close()
 	for _, r := range recs {
+		at = r.ID.Begun
 		if err := l.LogCommit(e.ctx, r); err != nil {
 			e.t.Fatal(err)
 		}
@@ -365,27 +450,17 @@ func (e *env) holdLog() (release func()) {
 // log holds, read without taking the log.
 func (e *env) liveRecords() []string {
 	e.t.Helper()
-	live := map[string]bool{}
-	var order []string
-	err := filelog.Dump(e.logDir, func(en filelog.Entry) error {
-		switch en.Type {
-		case filelog.RecordCommit:
-			live[en.Commit.ID.String()] = true
-			order = append(order, en.Commit.ID.String())
-		case filelog.RecordForget:
-			delete(live, en.ID.String())
-		}
-		return nil
-	})
+	s, err := filelog.ReadSnapshot(e.logDir)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	recs, err := s.Commits(e.ctx)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	var out []string
-	for _, id := range order {
-		if live[id] {
-			out = append(out, id)
-			delete(live, id)
-		}
+	for _, r := range recs {
+		out = append(out, r.ID.String())
 	}
 	return out
 }

@@ -30,13 +30,18 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{"unknown key", good("colour: blue\n"), []string{"colour"}},
 		{"unknown participant key", "node: n1\nlog:\n  dir: /x\nparticipants:\n  - name: maria\n    driver: mysql\n    dns: u@tcp(127.0.0.1:1)/db\n", []string{"dns"}},
-		{"missing node", "log:\n  dir: /x\nparticipants:\n  - name: maria\n    driver: mysql\n    dsn: u@tcp(127.0.0.1:1)/db\n", []string{"node", "XACTL_NODE"}},
+		{"missing log dir", "node: n1\nparticipants:\n  - name: maria\n    driver: mysql\n    dsn: u@tcp(127.0.0.1:1)/db\n", []string{"log.dir", "XACTL_LOG_DIR"}},
 		{"bad node", strings.Replace(good(""), "node: n1", "node: n1/x", 1), []string{"n1/x"}},
 		{"duplicate participant names", good("") + "  - name: maria\n    driver: postgres\n    dsn: postgres://u@127.0.0.1:1/db\n", []string{`"maria" used twice`}},
 		{"unknown driver", good("") + "  - name: ora\n    driver: oracle\n    dsn: scott/tiger\n", []string{`"ora"`, `"oracle"`}},
 		{"no participants", "node: n1\nlog:\n  dir: /x\n", []string{"no participants"}},
 		{"empty dsn", good("") + "  - name: pg\n    driver: postgres\n", []string{`"pg"`, "dsn is empty"}},
-		{"bad duration", good("timeout: soon\n"), []string{"soon", "duration"}},
+		{"bad duration", good("recovery:\n  interval: soon\n"), []string{"soon", "duration"}},
+		// The timeout is the log's now: an old file is told so.
+		{"timeout", good("timeout: 30s\n"), []string{"timeout is no longer read", "xactl log init --timeout"}},
+		// One backend so far: sql is named as not there yet, others unknown.
+		{"sql log", strings.Replace(good(""), "log:\n", "log:\n  kind: sql\n", 1), []string{"sql is not supported yet"}},
+		{"unknown log kind", strings.Replace(good(""), "log:\n", "log:\n  kind: pebble\n", 1), []string{`"pebble" is not a kind of decision log`}},
 		{"not yaml", "node: [\n", []string{"invalid configuration"}},
 	}
 	for i, c := range cases {
@@ -45,6 +50,9 @@ func TestConfigErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, cmd := range [][]string{{"list"}, {"recover"}, {"recover", "--dry-run"}, {"commit", "1:a:b"}, {"rollback", "1:a:b"}, {"doctor"}} {
+			if cmd[0] == "doctor" && c.name == "missing log dir" {
+				continue // doctor checks the participants without a log, and warns
+			}
 			r := xactl(t, append([]string{"--config", path}, cmd...)...)
 			if r.code != 2 {
 				t.Errorf("%s: want exit 2, got %s", c.name, r)
@@ -69,7 +77,8 @@ func TestConfigErrors(t *testing.T) {
 
 // TestConfigEnv: XACTL_NODE and XACTL_LOG_DIR override the file,
 // XACTL_CONFIG names it, XACTL_OUTPUT picks the format, and flags override
-// the environment. (Not parallel: it sets environment variables.)
+// the environment; a node that is not the decision log's is refused.
+// (Not parallel: it sets environment variables.)
 func TestConfigEnv(t *testing.T) {
 	e := newEnv(t)
 	logged := e.prepare(1)
@@ -96,22 +105,34 @@ func TestConfigEnv(t *testing.T) {
 		}
 	}
 
-	// Flags win over the environment: as another node, these branches are
-	// not ours to resolve.
-	r = xactl(t, "list", "--node", "somebody-else").want(t, 0)
-	out = listJSON{}
-	r.json(t, &out)
-	if b := findBranch(t, out.Branches, pgName, logged.pg.String()); b.Action != "none: node "+e.node+" resolves it" {
-		t.Errorf("with --node somebody-else: %+v, want action 'none: node %s resolves it'", b, e.node)
+	// Flags win over the environment, and a node that is not the log's is
+	// refused, naming both: its decisions are not in this log.
+	r = xactl(t, "list", "--node", "somebody-else").want(t, 2)
+	r.stderrHas(t, `node is "somebody-else"`, `node "`+e.node+`"'s`, e.logID.String())
+	if len(r.stdout) != 0 {
+		t.Errorf("a refused node printed a listing: %s", r)
 	}
 	xactl(t, "list", "--log-dir", filepath.Join(e.dir, "nowhere")).want(t, 1).stderrHas(t, "nowhere")
 	xactl(t, "list", "--output", "table").want(t, 3).stdoutHas(t, "PARTICIPANT")
 
-	t.Setenv("XACTL_TIMEOUT", "soon")
-	xactl(t, "list").want(t, 2).stderrHas(t, "XACTL_TIMEOUT")
+	// The timeout is the log's: XACTL_TIMEOUT is refused, not ignored.
+	t.Setenv("XACTL_TIMEOUT", "30s")
+	xactl(t, "list").want(t, 2).stderrHas(t, "XACTL_TIMEOUT", "no longer read", "log init --timeout")
 	t.Setenv("XACTL_TIMEOUT", "")
 	t.Setenv("XACTL_OUTPUT", "xml")
 	xactl(t, "list").want(t, 2).stderrHas(t, "xml")
+
+	// Without any node, the log's node is the node: its branches are
+	// ours, and resolved from its decisions.
+	t.Setenv("XACTL_OUTPUT", "")
+	t.Setenv("XACTL_NODE", "")
+	nonode := e.writeConfig("nonode.yaml", strings.Replace(e.configText(""), "node: "+e.node+"\n", "", 1))
+	r = e.runWith(nonode, "list", "-o", "json").want(t, 3)
+	out = listJSON{}
+	r.json(t, &out)
+	if b := findBranch(t, out.Branches, pgName, logged.pg.String()); b.Action != "commit" || b.Node != e.node {
+		t.Errorf("without node: %+v, want the log's node's logged commit", b)
+	}
 	e.wantPrepared(logged, true, true)
 }
 
@@ -123,7 +144,7 @@ func TestUnknownParticipantRecord(t *testing.T) {
 	e := newEnv(t)
 	tx := e.prepare(1)
 	rec := tx.record()
-	rec.Branches = append(rec.Branches, xa.BranchRecord{RM: "oracle1", XID: tx.id.Branch(2)})
+	rec.Branches = append(rec.Branches, xa.BranchRecord{RM: "oracle1", XID: e.xid(tx.id, 2)})
 	e.logCommit(rec)
 	e.waitDetached(tx)
 
@@ -193,7 +214,8 @@ func TestUnknownParticipantRecord(t *testing.T) {
 }
 
 type doctorJSON struct {
-	OK      *bool `json:"ok"`
+	OK      *bool         `json:"ok"`
+	Log     *identityJSON `json:"log"`
 	Results []struct {
 		Subject  string `json:"subject"`
 		Findings []struct {
@@ -234,7 +256,12 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("doctor has no findings for %s: %v", s, subjects)
 		}
 	}
-	e.run("doctor").want(t, 0).stdoutHas(t, "participant "+myName, "participant "+pgName, "decision log", "CHECK")
+	// The log's identity: in the JSON, and as a finding.
+	if out.Log == nil || out.Log.ID != e.logID.String() || out.Log.Node != e.node || out.Log.Timeout != logTimeout.String() || out.Log.Grace != logGrace.String() {
+		t.Errorf("doctor's log identity: %+v, want id %s node %s timeout %v grace %v", out.Log, e.logID, e.node, logTimeout, logGrace)
+	}
+	e.run("doctor").want(t, 0).stdoutHas(t, "participant "+myName, "participant "+pgName, "decision log", "CHECK",
+		"identity", "id "+e.logID.String(), "node "+e.node, "timeout "+logTimeout.String(), "grace "+logGrace.String())
 }
 
 // TestDoctorDown: a participant whose DSN points to a closed port, and a

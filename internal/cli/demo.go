@@ -20,6 +20,14 @@ import (
 	"github.com/xadb/xa/internal/config"
 	"github.com/xadb/xa/internal/localdb"
 	"github.com/xadb/xa/recovery/filelog"
+	"github.com/xadb/xa/xa"
+)
+
+// The demo coordinator's phase-2 settings: short, so that the grace period
+// of its decision log, which must cover them, is short too.
+const (
+	demoPhase2Attempts = 2
+	demoPhase2Timeout  = time.Second
 )
 
 type demoOpts struct {
@@ -151,9 +159,25 @@ func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 	want := int64(2 * o.accounts * bank.Initial)
 	s.ok("total balance over both databases: %d", want)
 
-	// 3. Transfers in a coordinator process that will be killed.
+	// 3. Transfers in a coordinator process that will be killed. Its
+	// decision log is created first: the grace covers the coordinator's
+	// timeout and its (short) phase-2 retry budget.
 	logDir := filepath.Join(work, "decisions")
+	grace := o.txTimeout + xa.Phase2Budget(demoPhase2Attempts, demoPhase2Timeout, xa.DefaultRetryBackoff) + time.Second
+	ident, err := xa.NewLogIdentity("demo", o.txTimeout, grace, time.Now())
+	if err != nil {
+		return err
+	}
+	created, err := filelog.Create(logDir, ident, filelog.Options{Logger: g.logger()})
+	if err != nil {
+		return fmt.Errorf("creating the decision log: %w", err)
+	}
+	if err := created.Close(); err != nil {
+		return err
+	}
 	s.step("running transfers in a coordinator process (%d at a time)", o.workers)
+	s.say("decision log %s created for node demo: timeout %s, grace %s (the timeout plus phase-2 retries of %d x %s, and a second)",
+		ident.ID, ident.Timeout, ident.Grace, demoPhase2Attempts, demoPhase2Timeout)
 	s.say("each transfer debits one database and credits the other, and writes a ledger row in both, in one global transaction")
 	committed, summary, err := runWorker(ctx, s, o, logDir)
 	if err != nil {
@@ -163,21 +187,18 @@ func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 
 	// 4. What the crash left.
 	s.step("in-doubt branches left by the crash (as 'xactl list' shows them)")
-	cfg := &config.Config{Node: "demo", Timeout: config.Duration(o.txTimeout), Log: config.Log{Dir: logDir},
+	cfg := &config.Config{Log: config.Log{Dir: logDir},
 		Participants: []config.Participant{
 			{Name: bank.MySQLName, Driver: "mysql", DSN: o.mysqlDSN},
 			{Name: bank.PostgresName, Driver: "postgres", DSN: o.pgDSN},
 		}}
-	// The demo knows its coordinator is dead: a short grace period is safe
-	// here. In production the default is the timeout plus a minute.
-	cfg.Recovery.Grace = config.Duration(o.txTimeout + 2*time.Second)
 	cfg.Defaults()
-	ps, errs := openParticipants(ctx, cfg, g.logger())
-	defer closeAll(ps)
-	if len(errs) > 0 {
+	ps := openParticipants(ctx, cfg, g.logger())
+	defer ps.Close()
+	if errs := ps.openErrors(); len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	decisions, err := filelog.Open(logDir, filelog.Options{Logger: g.logger()})
+	decisions, err := openDecisionLog(cfg, forWriting, g.logger())
 	if err != nil {
 		return fmt.Errorf("reopening the decision log: %w", err)
 	}
@@ -193,20 +214,20 @@ func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 	views := []branchView{}
 	logged := 0
 	for _, b := range plan.Branches {
-		views = append(views, viewBranch(b, time.Duration(cfg.Recovery.Grace), nil))
+		views = append(views, viewBranch(b, sc.Grace(), nil))
 		if b.Logged {
 			logged++
 		}
 	}
-	printIndented(g.stdout, views, false)
+	printIndented(g.stdout, views, plan.Participants, false)
 	s.say("%d prepared branch(es), %d of them with a durable commit decision; they hold row locks until resolved", len(plan.Branches), logged)
 	if logged == 0 {
 		return errors.New("the crash left no branch with a logged commit: the demo did not show what it should")
 	}
 
 	// 5. Recovery.
-	s.step("recovering from the decision log (grace period %s for branches without a decision)", time.Duration(cfg.Recovery.Grace))
-	deadline := time.Now().Add(time.Duration(cfg.Recovery.Grace) + 30*time.Second)
+	s.step("recovering from the decision log (grace period %s for branches without a decision: the log's)", sc.Grace())
+	deadline := time.Now().Add(sc.Grace() + 30*time.Second)
 	var actions []branchView
 	for round := 1; ; round++ {
 		rep, err := sc.Scan(ctx)
@@ -234,7 +255,7 @@ func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 		}
 	}
 	s.ok("every in-doubt branch resolved, every decision record forgotten")
-	printIndented(g.stdout, actions, true)
+	printIndented(g.stdout, actions, plan.Participants, true)
 
 	// 6. Invariants, by direct SQL.
 	s.step("checking the invariants with direct SQL")
@@ -291,6 +312,7 @@ func runWorker(ctx context.Context, s *stepper, o demoOpts, logDir string) ([]st
 		"--mysql-dsn", o.mysqlDSN, "--postgres-dsn", o.pgDSN, "--decision-log", logDir,
 		"--accounts", fmt.Sprint(o.accounts), "--workers", fmt.Sprint(o.workers),
 		"--crash", fmt.Sprintf("log:%d", o.crashAfter), "--tx-timeout", o.txTimeout.String(),
+		"--phase2-attempts", fmt.Sprint(demoPhase2Attempts), "--phase2-timeout", demoPhase2Timeout.String(),
 		"--seed", fmt.Sprint(time.Now().UnixNano()))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -359,9 +381,9 @@ func redact(dsn string) string {
 }
 
 // printIndented prints the branch table indented under a step.
-func printIndented(w io.Writer, views []branchView, withResult bool) {
+func printIndented(w io.Writer, views []branchView, listed []string, withResult bool) {
 	var b strings.Builder
-	printBranches(&b, views, withResult)
+	printBranches(&b, views, listed, nil, withResult)
 	for _, l := range strings.SplitAfter(b.String(), "\n") {
 		if l != "" {
 			io.WriteString(w, "      "+l) //nolint:errcheck

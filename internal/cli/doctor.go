@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -24,70 +25,77 @@ type findingView struct {
 	Fix      string `json:"fix,omitempty"`
 }
 
+type doctorSubject struct {
+	Subject  string        `json:"subject"`
+	Findings []findingView `json:"findings"`
+}
+
+type doctorView struct {
+	Results []doctorSubject `json:"results"`
+	// Log is the decision log's identity, when it could be read.
+	Log *identityView `json:"log"`
+	OK  bool          `json:"ok"`
+}
+
 func newDoctor(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "doctor",
 		Short: "Check every participant and the decision log, and say how to fix what is wrong",
-		Long: `For each participant: can it be reached, its version, its XA / prepared-transaction
-settings, the privileges recovery needs, its clock against this machine's,
-and the oldest prepared branch (ours and other applications'), each with the
-fix when something is wrong. Then the decision log: readable, intact, in use.
+		Long: `For each participant: can it be reached (and log in), its version, its XA /
+prepared-transaction settings, the privileges recovery needs, its clock
+against this machine's, and the oldest prepared branch (ours and other
+applications'), each with the fix when something is wrong. Then the decision
+log: its identity (id, node, creation time, timeout, grace), intact or not,
+in use, the participants it delegated decisions to, and the heuristic
+records an operator has yet to clear.
 
-Exit code 1 when a check fails (a warning does not fail).`,
+The log is read without being taken. Exit code 1 when a check fails (a
+warning does not fail).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
-			c, err := g.loadConfig(false)
+			c, err := g.loadConfig(config.Need{Participants: true})
 			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
-			results := map[string][]findingView{}
-			var order []string
-			failed := false
-			add := func(who string, f xa.Finding) {
-				if _, ok := results[who]; !ok {
-					order = append(order, who)
+			v := doctorView{OK: true}
+			add := func(who string, fs []xa.Finding) {
+				sub := doctorSubject{Subject: who, Findings: []findingView{}}
+				for _, f := range fs {
+					sub.Findings = append(sub.Findings, findingView{Check: f.Name, Value: f.Value, Severity: f.Severity.String(), Fix: f.Fix})
+					v.OK = v.OK && f.Severity != xa.SeverityFail
 				}
-				results[who] = append(results[who], findingView{Check: f.Name, Value: f.Value, Severity: f.Severity.String(), Fix: f.Fix})
-				failed = failed || f.Severity == xa.SeverityFail
+				v.Results = append(v.Results, sub)
+			}
+			logFindings, ident := doctorLog(ctx, c, g)
+			var grace time.Duration // unknown without a log
+			if ident.ID != 0 {
+				v.Log = viewIdentity(ident)
+				grace = max(ident.Grace, time.Duration(c.Recovery.Grace))
 			}
 			for _, pc := range c.Participants {
-				who := "participant " + pc.Name
-				for _, f := range doctorParticipant(ctx, c, pc, g) {
-					add(who, f)
-				}
+				add("participant "+pc.Name, doctorParticipant(ctx, pc, grace, g))
 			}
-			for _, f := range doctorLog(c) {
-				add("decision log", f)
-			}
-			if asJSON {
-				out := []map[string]any{}
-				for _, who := range order {
-					out = append(out, map[string]any{"subject": who, "findings": results[who]})
-				}
-				if err := writeJSON(g.stdout, map[string]any{"results": out, "ok": !failed}); err != nil {
-					return err
-				}
-			} else {
-				for i, who := range order {
+			add("decision log", logFindings)
+			err = g.out.result(v, func(w io.Writer) {
+				for i, sub := range v.Results {
 					if i > 0 {
-						fmt.Fprintln(g.stdout)
+						fmt.Fprintln(w)
 					}
-					fmt.Fprintln(g.stdout, who)
-					tw := table(g.stdout)
+					fmt.Fprintln(w, sub.Subject)
+					tw := table(w)
 					fmt.Fprintln(tw, "  CHECK\tVALUE\tSTATUS\tFIX")
-					for _, f := range results[who] {
+					for _, f := range sub.Findings {
 						fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", f.Check, f.Value, f.Severity, f.Fix)
 					}
 					tw.Flush()
 				}
+			})
+			if err != nil {
+				return err
 			}
-			if failed {
+			if !v.OK {
 				return &exitError{code: ExitError, err: errors.New("some checks failed: see FIX")}
 			}
 			return nil
@@ -95,13 +103,17 @@ Exit code 1 when a check fails (a warning does not fail).`,
 	}
 }
 
-func doctorParticipant(ctx context.Context, c *config.Config, pc config.Participant, g *globals) []xa.Finding {
+func doctorParticipant(ctx context.Context, pc config.Participant, grace time.Duration, g *globals) []xa.Finding {
 	fail := func(name, value, fix string) []xa.Finding {
 		return []xa.Finding{{Name: name, Value: value, Severity: xa.SeverityFail, Fix: fix}}
 	}
 	p, err := openParticipant(ctx, pc, g.logger())
 	if err != nil {
-		return fail("connect", err.Error(), "check the DSN, that the server runs and that this host may connect")
+		fix := "check the DSN, that the server runs and that this host may connect"
+		if what, why := connProblem(err); what != "" {
+			fix = why
+		}
+		return fail("connect", err.Error(), fix)
 	}
 	defer p.close()
 	fs, _ := p.checker.Check(ctx) // the findings say what failed
@@ -110,7 +122,7 @@ func doctorParticipant(ctx context.Context, c *config.Config, pc config.Particip
 	}
 	list, err := p.rm.Recover(ctx)
 	if err != nil {
-		return append(fs, xa.Finding{Name: "prepared branches", Value: err.Error(), Severity: xa.SeverityFail, Fix: "recovery needs to list prepared branches: see the privilege findings"})
+		return append(fs, xa.Finding{Name: "prepared branches", Value: explainAll([]error{err})[0].Error(), Severity: xa.SeverityFail, Fix: "recovery needs to list prepared branches: see the privilege findings"})
 	}
 	now := time.Now()
 	var oursN, foreignN int
@@ -118,7 +130,7 @@ func doctorParticipant(ctx context.Context, c *config.Config, pc config.Particip
 	foreignUnknownAge := false
 	for _, b := range list {
 		a, known := b.Age(now)
-		if _, _, ok := xa.Owned(b.XID); ok {
+		if _, ok := xa.ParseOwned(b.XID); ok {
 			oursN++
 			oursOldest = max(oursOldest, a)
 			continue
@@ -130,10 +142,9 @@ func doctorParticipant(ctx context.Context, c *config.Config, pc config.Particip
 			foreignUnknownAge = true
 		}
 	}
-	grace := time.Duration(c.Recovery.Grace)
 	f := xa.Finding{Name: "prepared branches (ours)", Value: fmt.Sprintf("%d, oldest %s", oursN, age(oursOldest, oursN > 0)), Severity: xa.SeverityOK}
-	if oursN > 0 && oursOldest > grace {
-		f.Severity, f.Fix = xa.SeverityWarn, "in doubt beyond the grace period, holding locks: run xactl recover (is a transaction manager's recovery running?)"
+	if oursN > 0 && grace > 0 && oursOldest > grace {
+		f.Severity, f.Fix = xa.SeverityWarn, "in doubt beyond the grace period, holding locks: see xactl list, run xactl recover (is a transaction manager's recovery running?)"
 	}
 	fs = append(fs, f)
 	f = xa.Finding{Name: "prepared branches (others)", Value: fmt.Sprintf("%d", foreignN), Severity: xa.SeverityOK}
@@ -190,39 +201,92 @@ func clockFinding(ctx context.Context, pc config.Participant) (xa.Finding, bool)
 	return f, true
 }
 
-func doctorLog(c *config.Config) []xa.Finding {
+// doctorLog checks the decision log without taking it, and returns its
+// identity when it could be read.
+func doctorLog(ctx context.Context, c *config.Config, g *globals) ([]xa.Finding, xa.LogIdentity) {
+	var none xa.LogIdentity
 	if c.Log.Dir == "" {
-		return []xa.Finding{{Name: "location", Value: "not set", Severity: xa.SeverityWarn, Fix: "set log.dir (XACTL_LOG_DIR, --log-dir) to check the decision log"}}
+		return []xa.Finding{{Name: "location", Value: "not set", Severity: xa.SeverityWarn, Fix: "set log.dir (XACTL_LOG_DIR, --log-dir) to check the decision log"}}, none
 	}
 	st, err := os.Stat(c.Log.Dir)
 	if err != nil {
-		return []xa.Finding{{Name: "location", Value: err.Error(), Severity: xa.SeverityFail, Fix: "the decision log directory must exist on a local, durable disk"}}
+		return []xa.Finding{{Name: "location", Value: err.Error(), Severity: xa.SeverityFail,
+			Fix: "point log.dir at the transaction manager's decision log (a local, durable disk), or create one there with xactl log init"}}, none
+	}
+	if !st.IsDir() {
+		return []xa.Finding{{Name: "location", Value: c.Log.Dir + " is not a directory", Severity: xa.SeverityFail, Fix: "point log.dir at a directory"}}, none
 	}
 	fs := []xa.Finding{{Name: "location", Value: c.Log.Dir, Severity: xa.SeverityOK}}
-	if !st.IsDir() {
-		return []xa.Finding{{Name: "location", Value: c.Log.Dir + " is not a directory", Severity: xa.SeverityFail, Fix: "point log.dir at a directory"}}
-	}
 	rep, err := filelog.Verify(c.Log.Dir)
 	switch {
+	case errors.Is(err, filelog.ErrNoLog):
+		return append(fs, xa.Finding{Name: "integrity", Value: "no decision log here (no IDENTITY, no segment)", Severity: xa.SeverityWarn,
+			Fix: "point log.dir at the transaction manager's decision log, or create one with xactl log init; the other commands refuse a directory without a log"}), none
 	case errors.Is(err, filelog.ErrCorrupt):
 		fs = append(fs, xa.Finding{Name: "integrity", Value: err.Error(), Severity: xa.SeverityFail, Fix: "the log is corrupt: keep a copy and inspect it with xactl log verify / log dump; never delete records by hand"})
+		if rep.Identity.ID != 0 {
+			fs = append(fs, xa.Finding{Name: "identity", Value: viewIdentity(rep.Identity).text(), Severity: xa.SeverityOK})
+		}
+		return fs, rep.Identity
 	case err != nil:
-		fs = append(fs, xa.Finding{Name: "integrity", Value: err.Error(), Severity: xa.SeverityFail, Fix: "the log cannot be read: check permissions"})
-	case len(rep.Segments) == 0:
-		fs = append(fs, xa.Finding{Name: "integrity", Value: "no decision log here (no segment files)", Severity: xa.SeverityWarn,
-			Fix: "point log.dir at the transaction manager's decision log directory (the transaction manager creates the log when it first starts); the other commands refuse a directory without a log"})
-	default:
-		v := fmt.Sprintf("%d segment(s), %d live commit record(s), %d heuristic outcome(s)", len(rep.Segments), rep.LiveCommits, rep.LiveHeuristics)
-		f := xa.Finding{Name: "integrity", Value: v, Severity: xa.SeverityOK}
-		if rep.LiveHeuristics > 0 {
-			f.Severity, f.Fix = xa.SeverityWarn, "manual resolutions are on record: review them with xactl log dump --live"
+		return append(fs, xa.Finding{Name: "integrity", Value: err.Error(), Severity: xa.SeverityFail, Fix: "the log cannot be read: check permissions"}), none
+	}
+	integ := xa.Finding{Name: "integrity", Value: fmt.Sprintf("ok, %s", plural(len(rep.Segments), "segment")), Severity: xa.SeverityOK}
+	if t := rep.TornTail; t != nil && !rep.InUse {
+		integ.Value = fmt.Sprintf("torn tail: the last %s of %s are an incomplete record", plural(int(t.Bytes), "byte"), t.File)
+		integ.Severity, integ.Fix = xa.SeverityWarn, tornMeaning
+	}
+	fs = append(fs, integ)
+
+	// The identity, the node and the records, from a snapshot: the node is
+	// checked here rather than refused, to report it.
+	cc := *c
+	cc.Node = ""
+	log, err := openDecisionLog(&cc, readOnly, g.logger())
+	if err != nil {
+		return append(fs, xa.Finding{Name: "identity", Value: err.Error(), Severity: xa.SeverityFail, Fix: "see xactl log verify"}), rep.Identity
+	}
+	defer log.Close()
+	ident := log.Identity()
+	idf := xa.Finding{Name: "identity", Value: viewIdentity(ident).text(), Severity: xa.SeverityOK}
+	check := *c
+	if err := check.CheckIdentity(ident); err != nil {
+		idf.Severity, idf.Fix = xa.SeverityFail, err.Error()
+	}
+	fs = append(fs, idf)
+	if g := time.Duration(c.Recovery.Grace); g > 0 {
+		f := xa.Finding{Name: "recovery.grace", Value: fmt.Sprintf("%v: lengthens the log's grace %v", g, ident.Grace), Severity: xa.SeverityOK}
+		if g <= ident.Grace {
+			f.Value = fmt.Sprintf("%v: not longer than the log's grace %v, so ignored", g, ident.Grace)
+			f.Severity, f.Fix = xa.SeverityWarn, "remove recovery.grace, or set it longer than the log's grace: it can only lengthen it"
 		}
 		fs = append(fs, f)
-		u := xa.Finding{Name: "in use", Value: "no", Severity: xa.SeverityOK}
-		if rep.InUse {
-			u.Value = "yes: a transaction manager has it open"
-		}
-		fs = append(fs, u)
 	}
-	return fs
+	commits, err1 := log.Commits(ctx)
+	aborts, err2 := log.Aborts(ctx)
+	hs, err3 := log.Heuristics(ctx)
+	ds, err4 := log.Delegations(ctx)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return append(fs, xa.Finding{Name: "records", Value: err.Error(), Severity: xa.SeverityFail, Fix: "see xactl log verify"}), ident
+	}
+	fs = append(fs, xa.Finding{Name: "records", Value: fmt.Sprintf("%s, %s", plural(len(commits), "live commit record"), plural(len(aborts), "abort record")), Severity: xa.SeverityOK})
+	hf := xa.Finding{Name: "heuristic records", Value: fmt.Sprint(len(hs)), Severity: xa.SeverityOK}
+	if len(hs) > 0 {
+		hf.Severity, hf.Fix = xa.SeverityWarn, "branches were resolved otherwise than by the protocol: review them with xactl heuristic list, then xactl heuristic clear"
+	}
+	fs = append(fs, hf)
+	for _, d := range ds {
+		f := xa.Finding{Name: "delegation", Value: fmt.Sprintf("decisions may be in participant %s's decision table", d.Participant), Severity: xa.SeverityOK}
+		if p, ok := c.Participant(d.Participant); !ok || p.DecisionTable == "" {
+			f.Value += ", which is not configured"
+			f.Severity = xa.SeverityFail
+			f.Fix = fmt.Sprintf("recovery is blocked (no presumed abort) until participant %s is configured with its decision_table", d.Participant)
+		}
+		fs = append(fs, f)
+	}
+	u := xa.Finding{Name: "in use", Value: "no", Severity: xa.SeverityOK}
+	if log.inUse {
+		u.Value = "yes: a transaction manager has it open"
+	}
+	return append(fs, u), ident
 }

@@ -2,17 +2,20 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
+	"strings"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	xamysql "github.com/xadb/xa/drivers/mysql"
 	xapg "github.com/xadb/xa/drivers/postgres"
 	"github.com/xadb/xa/internal/config"
 	"github.com/xadb/xa/recovery"
-	"github.com/xadb/xa/recovery/filelog"
 	"github.com/xadb/xa/xa"
 )
 
@@ -27,20 +30,57 @@ type participant struct {
 	close func()
 }
 
+// participants are the configured participants as a command opened them.
+type participants struct {
+	open []*participant
+	// unreachable: configured, but could not be opened (name -> why).
+	unreachable map[string]error
+	names       []string // every configured name, in order
+}
+
+func (ps *participants) Close() {
+	for _, p := range ps.open {
+		p.close()
+	}
+}
+
+func (ps *participants) rms() []xa.ResourceManager {
+	out := make([]xa.ResourceManager, len(ps.open))
+	for i, p := range ps.open {
+		out[i] = p.rm
+	}
+	return out
+}
+
+// openErrors returns why each participant that could not be opened could
+// not, in configuration order.
+func (ps *participants) openErrors() []error {
+	var errs []error
+	for _, n := range ps.names {
+		if err := ps.unreachable[n]; err != nil {
+			errs = append(errs, fmt.Errorf("participant %q could not be opened: %w", n, err))
+		}
+	}
+	return errs
+}
+
 // openParticipants opens every participant without running its start-up
 // check (doctor runs it and reports; the other commands must work on a
-// server that fails it, to clean up). A participant that cannot be opened
-// is returned in errs and left out.
-func openParticipants(ctx context.Context, c *config.Config, log *slog.Logger) (ps []*participant, errs []error) {
+// server that fails it, to clean up), after making sure it can connect.
+// A participant that cannot be opened is left out and kept in
+// unreachable, with why.
+func openParticipants(ctx context.Context, c *config.Config, log *slog.Logger) *participants {
+	ps := &participants{unreachable: map[string]error{}}
 	for _, pc := range c.Participants {
+		ps.names = append(ps.names, pc.Name)
 		p, err := openParticipant(ctx, pc, log)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("participant %q: %w", pc.Name, err))
+			ps.unreachable[pc.Name] = err
 			continue
 		}
-		ps = append(ps, p)
+		ps.open = append(ps.open, p)
 	}
-	return ps, errs
+	return ps
 }
 
 func openParticipant(ctx context.Context, pc config.Participant, log *slog.Logger) (*participant, error) {
@@ -48,6 +88,12 @@ func openParticipant(ctx context.Context, pc config.Participant, log *slog.Logge
 	case "mysql":
 		rm, err := xamysql.Open(ctx, xamysql.Config{Name: pc.Name, DSN: pc.DSN, MaxConns: pc.MaxConns, Logger: log, SkipCheck: true})
 		if err != nil {
+			return nil, explainConnErr(err)
+		}
+		// With SkipCheck the driver does not connect: a wrong password
+		// would surface at the first listing, as a privilege problem.
+		if err := pingMySQL(ctx, pc.DSN); err != nil {
+			rm.Close()
 			return nil, err
 		}
 		return &participant{cfg: pc, rm: rm, checker: rm, close: func() { rm.Close() }}, nil
@@ -55,146 +101,125 @@ func openParticipant(ctx context.Context, pc config.Participant, log *slog.Logge
 		rm, err := xapg.Open(ctx, xapg.Config{Name: pc.Name, DSN: pc.DSN, MaxConns: int32(pc.MaxConns), Logger: log, SkipCheck: true,
 			DecisionTable: pc.DecisionTable})
 		if err != nil {
-			return nil, err
+			return nil, explainConnErr(err)
 		}
 		return &participant{cfg: pc, rm: rm, checker: rm, close: rm.Close}, nil
 	}
 	return nil, fmt.Errorf("unknown driver %q", pc.Driver)
 }
 
-func closeAll(ps []*participant) {
-	for _, p := range ps {
-		p.close()
-	}
-}
-
-func rms(ps []*participant) []xa.ResourceManager {
-	out := make([]xa.ResourceManager, len(ps))
-	for i, p := range ps {
-		out[i] = p.rm
-	}
-	return out
-}
-
-// snapshotLog is a read-only view of a decision log taken with
-// filelog.Dump: it works while a transaction manager has the log open.
-type snapshotLog struct {
-	commits    map[string]xa.CommitRecord
-	order      []string
-	heuristics []xa.HeuristicRecord
-}
-
-var errReadOnly = errors.New("the decision log is open read-only")
-
-func readSnapshot(dir string) (*snapshotLog, error) {
-	if err := requireLog(dir); err != nil {
-		return nil, err
-	}
-	s := &snapshotLog{commits: map[string]xa.CommitRecord{}}
-	heur := map[string]xa.HeuristicRecord{}
-	var horder []string
-	err := filelog.Dump(dir, func(e filelog.Entry) error {
-		switch e.Type {
-		case filelog.RecordCommit:
-			k := e.Commit.ID.String()
-			if _, ok := s.commits[k]; !ok {
-				s.order = append(s.order, k)
-			}
-			s.commits[k] = e.Commit
-		case filelog.RecordForget:
-			delete(s.commits, e.ID.String())
-		case filelog.RecordHeuristic:
-			k := e.Heuristic.XID.String()
-			if _, ok := heur[k]; !ok {
-				horder = append(horder, k)
-			}
-			heur[k] = e.Heuristic
-		case filelog.RecordClear:
-			delete(heur, e.XID.String())
-		}
-		return nil
-	})
+// pingMySQL connects once to dsn.
+func pingMySQL(ctx context.Context, dsn string) error {
+	mc, err := gomysql.ParseDSN(dsn)
 	if err != nil {
-		return nil, corruptHint(dir, err)
+		return fmt.Errorf("invalid DSN: %w", err)
 	}
-	for _, k := range horder {
-		if h, ok := heur[k]; ok {
-			s.heuristics = append(s.heuristics, h)
+	db, err := sql.Open("mysql", mc.FormatDSN())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := db.PingContext(ctx); err != nil {
+		if what, fix := connProblem(err); what != "" {
+			return &connError{what: fmt.Sprintf("%s as %q at %s", what, mc.User, mc.Addr), fix: fix, err: err}
 		}
-	}
-	return s, nil
-}
-
-func (s *snapshotLog) Commits(context.Context) ([]xa.CommitRecord, error) {
-	var out []xa.CommitRecord
-	for _, k := range s.order {
-		if r, ok := s.commits[k]; ok {
-			out = append(out, r)
-		}
-	}
-	return out, nil
-}
-
-func (s *snapshotLog) Lookup(_ context.Context, id xa.GlobalID) (xa.CommitRecord, bool, error) {
-	r, ok := s.commits[id.String()]
-	return r, ok, nil
-}
-
-func (s *snapshotLog) Forget(context.Context, xa.GlobalID) error { return errReadOnly }
-
-// openLog opens the decision log for writing; when another process holds
-// it, the error says what to do.
-func openLog(dir string, log *slog.Logger) (*filelog.Log, error) {
-	if err := requireLog(dir); err != nil {
-		return nil, err
-	}
-	l, err := filelog.Open(dir, filelog.Options{Logger: log})
-	if errors.Is(err, filelog.ErrLocked) {
-		return nil, fmt.Errorf("%w\nA transaction manager is running with this decision log: it resolves its own in-doubt branches. "+
-			"Stop it to resolve them with xactl, or use --dry-run / xactl list, which read the log without taking it", err)
-	}
-	return l, corruptHint(dir, err)
-}
-
-// requireLog refuses a directory that holds no decision log. xactl never
-// creates one (the transaction manager does, when it starts): a wrong
-// log.dir would otherwise look like an empty log, every in-doubt branch
-// would look undecided, and recovery would roll back branches whose commit
-// is logged in the right directory.
-func requireLog(dir string) error {
-	rep, err := filelog.Verify(dir)
-	switch {
-	case errors.Is(err, filelog.ErrCorrupt):
-		return nil // a log, damaged: reading or opening it says so
-	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("no decision log: %s does not exist; check log.dir (XACTL_LOG_DIR, --log-dir): "+
-			"it must be the directory of the transaction manager's decision log", dir)
-	case err != nil:
-		return fmt.Errorf("reading the decision log: %w", err)
-	case len(rep.Segments) == 0:
-		return fmt.Errorf("no decision log in %s (no segment files); check log.dir (XACTL_LOG_DIR, --log-dir): "+
-			"it must be the directory of the transaction manager's decision log. xactl does not create one: "+
-			"in the wrong directory every in-doubt branch would look undecided and be rolled back", dir)
+		return fmt.Errorf("cannot connect to %s as %q: %w", mc.Addr, mc.User, err)
 	}
 	return nil
 }
 
-// corruptHint adds to a corrupt-log error what the operator should do.
-func corruptHint(dir string, err error) error {
-	if !errors.Is(err, filelog.ErrCorrupt) {
-		return err
+// connProblem says what kind of connection failure err is, and what to
+// do, when it is one that a driver may report under another name: the
+// MySQL driver classifies "access denied" (1045) as xa.ErrMisconfigured,
+// "misconfigured for two-phase commit", and the PostgreSQL driver says
+// "cannot reach the database" of a refused login, although a wrong user or
+// password has nothing to do with either. "" for anything else.
+func connProblem(err error) (what, fix string) {
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1045: // ER_ACCESS_DENIED_ERROR
+			return "authentication failed", "check the user and password in the DSN, and that the user may connect from this host"
+		case 1044: // ER_DBACCESS_DENIED_ERROR
+			return "access to the database denied", "grant the user access to the database named in the DSN"
+		case 1049: // ER_BAD_DB_ERROR
+			return "no such database", "check the database named in the DSN"
+		}
 	}
-	return fmt.Errorf("%w\nThe decision log in %s is damaged beyond a torn tail; nothing was changed and nothing is resolved "+
-		"from it until it is repaired. See the damage with xactl log verify and the records with xactl log dump; "+
-		"keep a copy of the directory and do not delete records by hand: every live commit record decides branches", err, dir)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "28P01":
+			return "authentication failed", "check the user and password in the DSN"
+		case strings.HasPrefix(pe.Code, "28"):
+			return "the server refused the login", "check the user in the DSN, and the server's pg_hba.conf"
+		case pe.Code == "3D000":
+			return "no such database", "check the database named in the DSN"
+		}
+	}
+	return "", ""
 }
 
-func newScanner(c *config.Config, ps []*participant, log recovery.Log, logger *slog.Logger) (*recovery.Scanner, error) {
+// explainConnErr rewrites a driver's error whose real cause is a failed
+// connection or login, so that it says so first.
+func explainConnErr(err error) error {
+	if what, fix := connProblem(err); what != "" {
+		return &connError{what: what, fix: fix, err: err}
+	}
+	return err
+}
+
+// connError is a connection or login failure; it still matches the
+// driver's error.
+type connError struct {
+	what, fix string
+	err       error
+}
+
+func (e *connError) Error() string {
+	// The server's own message, without the driver's classification.
+	msg := e.err.Error()
+	var me *gomysql.MySQLError
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(e.err, &me):
+		msg = me.Error()
+	case errors.As(e.err, &pe):
+		msg = pe.Error()
+	}
+	return fmt.Sprintf("%s (%s): %s", e.what, e.fix, msg)
+}
+
+func (e *connError) Unwrap() error { return e.err }
+
+// explainAll applies explainConnErr to errors of a scan, keeping the
+// scan's own words for which participant failed.
+func explainAll(errs []error) []error {
+	out := make([]error, len(errs))
+	for i, err := range errs {
+		out[i] = err
+		if what, _ := connProblem(err); what != "" {
+			var xe *xa.Error
+			if errors.As(err, &xe) {
+				out[i] = fmt.Errorf("participant %q: %s: %w", xe.RM, xe.Op, explainConnErr(err))
+			} else {
+				out[i] = explainConnErr(err)
+			}
+		}
+	}
+	return out
+}
+
+// newScanner returns the recovery scanner over ps and log. Its grace and
+// nodes are the log's (recovery.grace may lengthen the grace, and
+// recovery.nodes name more nodes).
+func newScanner(c *config.Config, ps *participants, log xa.RecoveryLog, logger *slog.Logger) (*recovery.Scanner, error) {
 	return recovery.New(recovery.Config{
-		Participants: rms(ps),
+		Participants: ps.rms(),
 		Log:          log,
 		Nodes:        c.Recovery.Nodes,
 		Grace:        time.Duration(c.Recovery.Grace),
+		Unreachable:  ps.unreachable,
 		Logger:       logger,
 	})
 }

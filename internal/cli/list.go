@@ -2,35 +2,53 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadb/xa/internal/config"
 	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/xa"
 )
 
-// branchView is one in-doubt branch as list and recover show it.
+// branchView is one prepared branch as list and recover show it.
 type branchView struct {
 	Participant string `json:"participant"`
 	XID         string `json:"xid"`
 	Raw         string `json:"raw"`
 	GlobalID    string `json:"global_id,omitempty"`
 	Node        string `json:"node,omitempty"`
-	AgeSeconds  *int64 `json:"age_seconds,omitempty"`
-	age         string
-	Decision    string `json:"decision"` // commit, none, or "-" (foreign)
-	Heuristic   string `json:"heuristic,omitempty"`
-	Action      string `json:"action"`
-	Done        bool   `json:"done"`
-	Error       string `json:"error,omitempty"`
+	// Log is the decision log the XID names ("" for none).
+	Log        string `json:"log,omitempty"`
+	AgeSeconds *int64 `json:"age_seconds,omitempty"`
+	age        string
+	// Decision is what is recorded: commit, abort (presumed abort
+	// recorded), none, or "-" (not ours).
+	Decision  string `json:"decision"`
+	Heuristic string `json:"heuristic,omitempty"`
+	// Verdict is recovery's (recovery.Verdict): commit, rollback, wait,
+	// foreign, other-node, other-log, predates-log, blocked, anomaly.
+	Verdict string `json:"verdict"`
+	Action  string `json:"action"`
+	// Reason says why a branch is left alone.
+	Reason string `json:"reason,omitempty"`
+	// InDoubt: ours and not resolved (Report.InDoubt counts it).
+	InDoubt bool   `json:"in_doubt"`
+	Done    bool   `json:"done"`
+	Error   string `json:"error,omitempty"`
 }
 
+// heurKey keys heuristic records: by participant and XID.
+func heurKey(rm string, x string) string { return rm + "\x00" + x }
+
 func viewBranch(b recovery.Branch, grace time.Duration, heur map[string]xa.HeuristicRecord) branchView {
-	v := branchView{Participant: b.Participant, Raw: b.Prepared.Raw, Done: b.Done, age: age(b.Age, b.AgeKnown)}
+	v := branchView{Participant: b.Participant, Raw: b.Prepared.Raw, Done: b.Done, age: age(b.Age, b.AgeKnown),
+		Verdict: b.Verdict.String(), Reason: b.Reason}
+	v.InDoubt = recovery.Report{Branches: []recovery.Branch{b}}.InDoubt() > 0
 	if !b.Prepared.XID.IsZero() {
 		v.XID = b.Prepared.XID.String()
 	}
@@ -41,15 +59,20 @@ func viewBranch(b recovery.Branch, grace time.Duration, heur map[string]xa.Heuri
 	if !b.ID.IsZero() {
 		v.GlobalID, v.Node = b.ID.String(), b.ID.Node
 	}
+	if b.Log != 0 {
+		v.Log = b.Log.String()
+	}
 	switch {
 	case b.Verdict == recovery.Foreign:
 		v.Decision = "-"
 	case b.Logged:
 		v.Decision = "commit"
+	case b.AbortLogged:
+		v.Decision = "abort"
 	default:
 		v.Decision = "none"
 	}
-	if h, ok := heur[v.XID]; ok && v.XID != "" {
+	if h, ok := heur[heurKey(b.Participant, v.XID)]; ok && v.XID != "" {
 		v.Heuristic = h.Action.String()
 		if h.Forced {
 			v.Heuristic += " (forced)"
@@ -61,14 +84,30 @@ func viewBranch(b recovery.Branch, grace time.Duration, heur map[string]xa.Heuri
 	case recovery.Rollback:
 		v.Action = "rollback (presumed abort)"
 	case recovery.Wait:
-		left := grace - b.Age
-		v.Action = fmt.Sprintf("wait %s (grace period: its coordinator may still decide)", left.Round(time.Second))
+		if b.AgeKnown {
+			v.Action = fmt.Sprintf("wait %s (no decision yet: its coordinator may still decide; presumed abort after the %s grace period)",
+				(grace - b.Age).Round(time.Second), grace)
+		} else {
+			v.Action = fmt.Sprintf("wait (age unknown; no decision yet: presumed abort after the %s grace period)", grace)
+		}
+		v.Reason = ""
 	case recovery.Foreign:
 		v.Action = "none: not ours"
 	case recovery.OtherNode:
 		v.Action = "none: node " + b.ID.Node + " resolves it"
+	case recovery.OtherLog:
+		if b.Log == 0 {
+			v.Action = "none: its XID names no decision log"
+		} else {
+			v.Action = "none: belongs to log " + b.Log.String()
+		}
+	case recovery.Predates:
+		v.Action = "none: older than this log"
+	case recovery.Blocked:
+		v.Action = "blocked: " + b.Reason
+		v.Reason = ""
 	case recovery.Anomaly:
-		v.Action = "none: not in its commit record (investigate)"
+		v.Action = "anomaly: not in its commit record (investigate)"
 	}
 	if b.Err != nil {
 		v.Error = b.Err.Error()
@@ -76,16 +115,100 @@ func viewBranch(b recovery.Branch, grace time.Duration, heur map[string]xa.Heuri
 	return v
 }
 
-// ours reports whether recovery is responsible for the branch and it is
-// still in doubt.
-func inDoubt(b recovery.Branch) bool {
-	switch b.Verdict {
-	case recovery.Commit, recovery.Rollback:
-		return !b.Done
-	case recovery.Wait, recovery.Anomaly:
-		return true
+func viewBranches(rep recovery.Report, grace time.Duration, heur map[string]xa.HeuristicRecord) []branchView {
+	views := []branchView{}
+	for _, b := range rep.Branches {
+		views = append(views, viewBranch(b, grace, heur))
 	}
-	return false
+	return views
+}
+
+// unlistedView is a configured participant that no scan could list.
+type unlistedView struct {
+	Participant string `json:"participant"`
+	Error       string `json:"error"`
+}
+
+// unlisted returns the configured participants the scan did not list, with
+// why.
+func unlisted(ps *participants, rep recovery.Report) []unlistedView {
+	out := []unlistedView{}
+	for _, name := range ps.names {
+		if slices.Contains(rep.Participants, name) {
+			continue
+		}
+		v := unlistedView{Participant: name, Error: "could not be listed (see the errors)"}
+		if err := ps.unreachable[name]; err != nil {
+			v.Error = "could not be opened: " + err.Error()
+		} else {
+			for _, err := range explainAll(rep.Errors) {
+				if strings.Contains(err.Error(), fmt.Sprintf("listing %s:", name)) || strings.Contains(err.Error(), fmt.Sprintf("participant %q", name)) {
+					v.Error = "could not be listed: " + err.Error()
+					break
+				}
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// printBranches prints the branch table, the reasons of branches left
+// alone, and what is not known.
+func printBranches(w io.Writer, views []branchView, listed []string, missing []unlistedView, withResult bool) {
+	switch {
+	case len(views) == 0 && len(listed) > 0:
+		fmt.Fprintf(w, "No prepared branches on %s.\n", strings.Join(listed, ", "))
+	case len(views) > 0:
+		tw := table(w)
+		head := "PARTICIPANT\tXID\tNODE\tAGE\tDECISION\tACTION"
+		if withResult {
+			head += "\tRESULT"
+		}
+		fmt.Fprintln(tw, head)
+		for _, v := range views {
+			id := v.XID
+			if id == "" {
+				id = v.Raw
+			}
+			dec := v.Decision
+			if v.Heuristic != "" {
+				dec += ", heuristic " + v.Heuristic
+			}
+			node := v.Node
+			if node == "" {
+				node = "-"
+			}
+			line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", v.Participant, id, node, v.age, dec, v.Action)
+			if withResult {
+				switch {
+				case v.Error != "":
+					line += "\t" + v.Error
+				case v.Done:
+					line += "\tdone"
+				default:
+					line += "\t-"
+				}
+			}
+			fmt.Fprintln(tw, line)
+		}
+		tw.Flush()
+		for _, v := range views {
+			if v.Reason != "" && v.Verdict != recovery.Foreign.String() {
+				fmt.Fprintf(w, "  %s on %s: %s\n", v.XID, v.Participant, v.Reason)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		if len(listed) == 0 {
+			fmt.Fprintf(w, "None of the %s could be listed: nothing is known about their prepared branches.\n", plural(len(missing), "participant"))
+		} else {
+			fmt.Fprintf(w, "%s could not be listed: nothing is known about their prepared branches.\n", plural(len(missing), "participant"))
+		}
+		for _, m := range missing {
+			fmt.Fprintf(w, "  %s: %s\n", m.Participant, m.Error)
+		}
+	}
 }
 
 type heuristicView struct {
@@ -101,87 +224,93 @@ func viewHeuristics(hs []xa.HeuristicRecord) []heuristicView {
 	out := []heuristicView{}
 	for _, h := range hs {
 		out = append(out, heuristicView{Participant: h.RM, XID: h.XID.String(), Action: h.Action.String(),
-			Forced: h.Forced, Time: h.Time.UTC().Format(time.RFC3339), Reason: h.Reason})
+			Forced: h.Forced, Time: timeText(h.Time), Reason: h.Reason})
 	}
 	return out
 }
 
-func printBranches(w io.Writer, views []branchView, withResult bool) {
-	if len(views) == 0 {
-		fmt.Fprintln(w, "No prepared branches.")
-		return
-	}
+func printHeuristics(w io.Writer, hs []heuristicView) {
 	tw := table(w)
-	head := "PARTICIPANT\tXID\tNODE\tAGE\tDECISION\tACTION"
-	if withResult {
-		head += "\tRESULT"
-	}
-	fmt.Fprintln(tw, head)
-	for _, v := range views {
-		id := v.XID
-		if id == "" {
-			id = v.Raw
-		}
-		dec := v.Decision
-		if v.Heuristic != "" {
-			dec += ", heuristic " + v.Heuristic
-		}
-		node := v.Node
-		if node == "" {
-			node = "-"
-		}
-		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", v.Participant, id, node, v.age, dec, v.Action)
-		if withResult {
-			switch {
-			case v.Error != "":
-				line += "\t" + v.Error
-			case v.Done:
-				line += "\tdone"
-			default:
-				line += "\t-"
-			}
-		}
-		fmt.Fprintln(tw, line)
+	fmt.Fprintln(tw, "PARTICIPANT\tXID\tACTION\tFORCED\tTIME\tREASON")
+	for _, h := range hs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\n", h.Participant, h.XID, h.Action, h.Forced, h.Time, h.Reason)
 	}
 	tw.Flush()
 }
 
-func printErrors(w io.Writer, errs []error) {
-	for _, err := range errs {
-		fmt.Fprintln(w, "error:", err)
+type abortView struct {
+	GlobalID string `json:"global_id"`
+	Logged   string `json:"logged"`
+	Reason   string `json:"reason"`
+}
+
+func viewAborts(as []xa.AbortRecord) []abortView {
+	out := []abortView{}
+	for _, a := range as {
+		out = append(out, abortView{GlobalID: a.ID.String(), Logged: timeText(a.Logged), Reason: a.Reason})
 	}
+	return out
+}
+
+// listView is list's result.
+type listView struct {
+	Log      *identityView `json:"log"`
+	LogInUse bool          `json:"log_in_use"`
+	// Grace is the presumed-abort grace period applied: the log's, or
+	// recovery.grace when longer.
+	Grace      string          `json:"grace"`
+	Listed     []string        `json:"listed"`
+	Unlisted   []unlistedView  `json:"unlisted"`
+	Branches   []branchView    `json:"branches"`
+	Heuristics []heuristicView `json:"heuristics"`
+	// Aborts are the abort records (presumed aborts) the log keeps.
+	Aborts  []abortView `json:"aborts"`
+	InDoubt int         `json:"in_doubt"`
+	Errors  []string    `json:"errors"`
 }
 
 func newList(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
 		Short: "List every prepared branch on the participants, with its decision and what recovery would do",
-		Long: `List every prepared branch on every participant: ours (with the logged decision,
-the owning node and its age) and other applications' (shown, never touched).
-ACTION is what 'xactl recover' would do now.
+		Long: `List every prepared branch on every participant: ours (with the recorded
+decision, the owning node and its age) and other applications' (shown, never
+touched). ACTION is what 'xactl recover' would do now:
+
+  commit                       a commit decision is recorded
+  rollback (presumed abort)    no decision, older than the grace period (or an
+                               abort is recorded)
+  wait T                       no decision yet: T left of the grace period
+  none: belongs to log X       its decision is in another decision log
+  none: older than this log    it began before this log was created
+  blocked: ...                 its decision may be in a participant's decision
+                               table that is not configured or not answering
+  anomaly: ...                 its commit record does not list it
 
 The decision log is read without being taken, so list works while a
-transaction manager runs. Exit code 3 when branches of ours are in doubt.`,
+transaction manager runs. Abort records and heuristic records (manual
+resolutions, kept until 'xactl heuristic clear') are shown too.
+
+Exit code 3 when branches of ours are in doubt (waiting, blocked, of another
+log or older than this one included); 1 when a participant could not be
+listed: nothing is known about its branches.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
-			c, err := g.loadConfig(true)
+			c, err := g.loadConfig(config.Need{Log: true, Participants: true})
 			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
 			logger := g.logger()
-			snap, err := readSnapshot(c.Log.Dir)
+			log, err := openDecisionLog(c, readOnly, logger)
 			if err != nil {
-				return fmt.Errorf("reading the decision log: %w", err)
+				return err
 			}
-			ps, errs := openParticipants(ctx, c, logger)
-			defer closeAll(ps)
-			sc, err := newScanner(c, ps, snap, logger)
+			defer log.Close()
+			ps := openParticipants(ctx, c, logger)
+			defer ps.Close()
+			sc, err := newScanner(c, ps, log, logger)
 			if err != nil {
 				return err
 			}
@@ -189,58 +318,62 @@ transaction manager runs. Exit code 3 when branches of ours are in doubt.`,
 			if err != nil {
 				return err
 			}
-			errs = append(errs, rep.Errors...)
+			hs, err := log.Heuristics(ctx)
+			if err != nil {
+				return err
+			}
+			aborts, err := log.Aborts(ctx)
+			if err != nil {
+				return err
+			}
 			heur := map[string]xa.HeuristicRecord{}
-			for _, h := range snap.heuristics {
-				heur[h.XID.String()] = h
+			for _, h := range hs {
+				heur[heurKey(h.RM, h.XID.String())] = h
 			}
-			views := []branchView{}
-			doubt := 0
-			for _, b := range rep.Branches {
-				views = append(views, viewBranch(b, time.Duration(c.Recovery.Grace), heur))
-				if inDoubt(b) {
-					doubt++
-				}
+			errs := append(ps.openErrors(), explainAll(rep.Errors)...)
+			v := listView{
+				Log: viewIdentity(sc.Identity()), LogInUse: log.inUse, Grace: sc.Grace().String(),
+				Listed: append([]string{}, rep.Participants...), Unlisted: unlisted(ps, rep),
+				Branches: viewBranches(rep, sc.Grace(), heur), Heuristics: viewHeuristics(hs), Aborts: viewAborts(aborts),
+				InDoubt: rep.InDoubt(), Errors: errStrings(errs),
 			}
-			if asJSON {
-				err = writeJSON(g.stdout, map[string]any{
-					"branches": views, "heuristics": viewHeuristics(snap.heuristics), "in_doubt": doubt, "errors": errStrings(errs),
-				})
-				if err != nil {
-					return err
+			err = g.out.result(v, func(w io.Writer) {
+				fmt.Fprintf(w, "Decision log %s of node %s, grace period %s", v.Log.ID, v.Log.Node, v.Grace)
+				if v.Grace != v.Log.Grace {
+					fmt.Fprintf(w, " (recovery.grace; the log's is %s)", v.Log.Grace)
 				}
-			} else {
-				printBranches(g.stdout, views, false)
-				if len(snap.heuristics) > 0 {
-					fmt.Fprintln(g.stdout, "\nHeuristic outcomes (manual resolutions):")
-					printHeuristics(g.stdout, snap.heuristics)
+				if v.LogInUse {
+					fmt.Fprint(w, " (read while a transaction manager has it open)")
 				}
-				printErrors(g.stderr, errs)
+				fmt.Fprintln(w, ".")
+				printBranches(w, v.Branches, v.Listed, v.Unlisted, false)
+				if v.InDoubt > 0 {
+					fmt.Fprintf(w, "%s of ours in doubt.\n", plural(v.InDoubt, "branch"))
+				}
+				if len(v.Heuristics) > 0 {
+					fmt.Fprintln(w, "\nHeuristic outcomes (manual resolutions; xactl heuristic clear removes one once dealt with):")
+					printHeuristics(w, v.Heuristics)
+				}
+				if len(v.Aborts) > 0 {
+					fmt.Fprintf(w, "\n%s kept (presumed aborts; xactl log dump --live shows their reasons).\n", plural(len(v.Aborts), "abort record"))
+				}
+			})
+			if err != nil {
+				return err
 			}
+			// Participants that could not be opened are in the listing's
+			// own words already.
+			g.out.errors(errStrings(explainAll(rep.Errors)))
 			switch {
+			case len(v.Unlisted) > 0:
+				return &exitError{code: ExitError, err: fmt.Errorf("%d of %d participants could not be listed: nothing is known about their prepared branches",
+					len(v.Unlisted), len(ps.names))}
 			case len(errs) > 0:
-				return &exitError{code: ExitError, err: errors.New("some participants could not be listed")}
-			case doubt > 0:
+				return &exitError{code: ExitError, err: fmt.Errorf("the listing is incomplete: %s", plural(len(errs), "error"))}
+			case v.InDoubt > 0:
 				return errInDoubt
 			}
 			return nil
 		},
 	}
-}
-
-func printHeuristics(w io.Writer, hs []xa.HeuristicRecord) {
-	tw := table(w)
-	fmt.Fprintln(tw, "PARTICIPANT\tXID\tACTION\tFORCED\tTIME\tREASON")
-	for _, h := range viewHeuristics(hs) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\n", h.Participant, h.XID, h.Action, h.Forced, h.Time, h.Reason)
-	}
-	tw.Flush()
-}
-
-func errStrings(errs []error) []string {
-	out := []string{}
-	for _, e := range errs {
-		out = append(out, e.Error())
-	}
-	return out
 }

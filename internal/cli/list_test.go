@@ -140,7 +140,7 @@ func TestList(t *testing.T) {
 	// Past the grace period, the branches without a record would be rolled
 	// back (presumed abort).
 	ageBeyond(prepared, time.Second)
-	r = e.runWith(e.graceConfig("1s"), "list", "-o", "json").want(t, 3)
+	r = e.runWith(e.logGraceConfig(), "list", "-o", "json").want(t, 3)
 	out = listJSON{}
 	r.json(t, &out)
 	for _, b := range []branchJSON{findBranch(t, out.Branches, myName, orphan.my.String()), findBranch(t, out.Branches, pgName, orphan.pg.String())} {

@@ -13,22 +13,33 @@ import (
 	"github.com/xadb/xa/xa"
 )
 
+type tornJSON struct {
+	File    string `json:"file"`
+	Offset  int64  `json:"offset"`
+	Bytes   int64  `json:"bytes"`
+	Reason  string `json:"reason"`
+	Meaning string `json:"meaning"`
+}
+
 type verifyJSON struct {
 	Dir            string         `json:"dir"`
+	Identity       *identityJSON  `json:"identity"`
 	InUse          bool           `json:"in_use"`
 	Segments       int            `json:"segments"`
 	Records        map[string]int `json:"records"`
 	LiveCommits    int            `json:"live_commits"`
+	LiveAborts     int            `json:"live_aborts"`
+	Delegations    int            `json:"delegations"`
 	LiveHeuristics int            `json:"live_heuristics"`
 	Corruption     []string       `json:"corruption"`
-	TornTail       string         `json:"torn_tail"`
+	TornTail       *tornJSON      `json:"torn_tail"`
 	OK             *bool          `json:"ok"`
 }
 
 // logOnly writes a configuration naming only a node and a decision log
-// (log dump and verify need no participants) and returns its path and the
-// log directory.
-func logOnly(t *testing.T) (cfg, dir string) {
+// (log dump and verify need no participants), creates the log, and returns
+// the configuration's path, the log directory and the log's identity.
+func logOnly(t *testing.T) (cfg, dir string, ident xa.LogIdentity) {
 	t.Helper()
 	base := t.TempDir()
 	dir = filepath.Join(base, "log")
@@ -36,7 +47,18 @@ func logOnly(t *testing.T) (cfg, dir string) {
 	if err := os.WriteFile(cfg, []byte("node: n1\nlog:\n  dir: "+dir+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return cfg, dir
+	ident, err := xa.NewLogIdentity("n1", 0, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := filelog.Create(dir, ident, filelog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, dir, l.Identity()
 }
 
 // fakeRecord is a commit record of node whose branches nobody prepared.
@@ -49,11 +71,12 @@ func fakeRecord(t *testing.T, node string) xa.CommitRecord {
 	return xa.CommitRecord{ID: g, Logged: time.Now(), Branches: []xa.BranchRecord{{RM: myName, XID: g.Branch(0)}, {RM: pgName, XID: g.Branch(1)}}}
 }
 
-// TestLogHealthy: log verify says ok and counts the records; log dump
-// shows every record in order with what is still live; --live only those.
+// TestLogHealthy: log verify says ok, shows the identity and counts the
+// records; log dump shows the identity and every record in order with what
+// is still live; --live only those.
 func TestLogHealthy(t *testing.T) {
 	t.Parallel()
-	cfg, dir := logOnly(t)
+	cfg, dir, ident := logOnly(t)
 	ctx := context.Background()
 	a, b := fakeRecord(t, "n1"), fakeRecord(t, "n1")
 	h := xa.HeuristicRecord{RM: pgName, XID: a.Branches[1].XID, Action: xa.OutcomeRollback, Forced: true, Time: time.Now(), Reason: "test"}
@@ -79,13 +102,17 @@ func TestLogHealthy(t *testing.T) {
 	r := xactl(t, "--config", cfg, "log", "verify", "-o", "json").want(t, 0)
 	var v verifyJSON
 	r.json(t, &v)
-	if v.OK == nil || !*v.OK || len(v.Corruption) != 0 || v.TornTail != "" || v.Dir != dir || v.Segments < 1 || v.InUse {
+	if v.OK == nil || !*v.OK || len(v.Corruption) != 0 || v.TornTail != nil || v.Dir != dir || v.Segments < 1 || v.InUse {
 		t.Errorf("verify of a healthy log: %+v", v)
 	}
 	if v.Records["commit"] != 2 || v.Records["forget"] != 1 || v.Records["heuristic"] != 1 || v.Records["clear"] != 0 || v.LiveCommits != 1 || v.LiveHeuristics != 1 {
 		t.Errorf("verify counts: records %v, live %d commit %d heuristic; want 2/1/1/0, 1, 1", v.Records, v.LiveCommits, v.LiveHeuristics)
 	}
-	xactl(t, "--config", cfg, "log", "verify").want(t, 0).stdoutHas(t, "2 commit, 1 forget, 1 heuristic", "ok")
+	if id := v.Identity; id == nil || id.ID != ident.ID.String() || id.Node != "n1" || id.Timeout != ident.Timeout.String() || id.Grace != ident.Grace.String() || id.Created == "" {
+		t.Errorf("verify's identity: %+v, want %+v", v.Identity, ident)
+	}
+	xactl(t, "--config", cfg, "log", "verify").want(t, 0).stdoutHas(t, "2 commit, 1 forget, 1 heuristic", "ok",
+		"id "+ident.ID.String(), "node n1", "timeout "+ident.Timeout.String(), "grace "+ident.Grace.String())
 
 	r = xactl(t, "--config", cfg, "log", "dump", "-o", "json").want(t, 0)
 	var d dumpJSON
@@ -102,7 +129,7 @@ func TestLogHealthy(t *testing.T) {
 		}
 		got = append(got, rec{x.Type, id, x.Live})
 	}
-	want := []rec{{"commit", a.ID.String(), false}, {"commit", b.ID.String(), true}, {"forget", a.ID.String(), false}, {"heuristic", h.XID.String(), true}}
+	want := []rec{{"identity", "", true}, {"commit", a.ID.String(), false}, {"commit", b.ID.String(), true}, {"forget", a.ID.String(), false}, {"heuristic", h.XID.String(), true}}
 	if len(got) != len(want) {
 		t.Fatalf("log dump records %v, want %v", got, want)
 	}
@@ -114,14 +141,17 @@ func TestLogHealthy(t *testing.T) {
 	if d.Error != "" {
 		t.Errorf("log dump of a healthy log reports %q", d.Error)
 	}
-	if br := d.Records[1].Branches; len(br) != 2 || !strings.Contains(br[0], myName+" "+b.Branches[0].XID.String()) {
+	if d.Records[0].Detail["id"] != ident.ID.String() {
+		t.Errorf("log dump's identity entry: %+v", d.Records[0])
+	}
+	if br := d.Records[2].Branches; len(br) != 2 || !strings.Contains(br[0], myName+" "+b.Branches[0].XID.String()) {
 		t.Errorf("commit record branches shown as %q", br)
 	}
 	r = xactl(t, "--config", cfg, "log", "dump", "--live", "-o", "json").want(t, 0)
 	d = dumpJSON{}
 	r.json(t, &d)
-	if len(d.Records) != 2 || d.Records[0].GlobalID != b.ID.String() || d.Records[1].XID != h.XID.String() {
-		t.Errorf("log dump --live: %+v, want the commit of %s and the heuristic of %s", d.Records, b.ID, h.XID)
+	if len(d.Records) != 3 || d.Records[0].Type != "identity" || d.Records[1].GlobalID != b.ID.String() || d.Records[2].XID != h.XID.String() {
+		t.Errorf("log dump --live: %+v, want the identity, the commit of %s and the heuristic of %s", d.Records, b.ID, h.XID)
 	}
 	xactl(t, "--config", cfg, "log", "dump").want(t, 0).stdoutHas(t, "TYPE", b.ID.String(), "heuristic")
 
@@ -180,17 +210,25 @@ func TestLogTornTail(t *testing.T) {
 	r := e.run("log", "verify", "-o", "json").want(t, 0)
 	var v verifyJSON
 	r.json(t, &v)
-	if v.TornTail == "" || !*v.OK || len(v.Corruption) != 0 || v.LiveCommits != 1 {
-		t.Errorf("verify of a torn log: %+v; want a torn tail, ok, 1 live commit", v)
+	if tt := v.TornTail; tt == nil || tt.File == "" || tt.Bytes <= 0 || tt.Offset != off || !strings.Contains(tt.Meaning, "harmless") ||
+		!strings.Contains(tt.Meaning, "acknowledged commits may be lost") || !*v.OK || len(v.Corruption) != 0 || v.LiveCommits != 1 {
+		t.Errorf("verify of a torn log: %+v (torn tail %+v); want a torn tail at %d saying both what it means, ok, 1 live commit", v, v.TornTail, off)
 	}
-	e.run("log", "verify").want(t, 0).stdoutHas(t, "torn tail", "harmless")
+	// Both meanings, in words: harmless after a crash during a write; for
+	// a copy of a log (restored, truncated), acknowledged commits may be
+	// lost. No Go struct literal.
+	r = e.run("log", "verify").want(t, 0)
+	r.stdoutHas(t, "torn tail", "harmless", "crash during a write", "copy of a log", "acknowledged commits may be lost")
+	if strings.Contains(r.stdout, "{") || strings.Contains(r.stdout, "File:") {
+		t.Errorf("log verify prints a Go struct: %s", r)
+	}
 	if live := e.liveRecords(); len(live) != 1 || live[0] != kept.id.String() {
 		t.Errorf("records after the tear: %v, want [%s]", live, kept.id)
 	}
 
 	e.waitDetached(kept, torn)
 	ageBeyond(prepared, time.Second)
-	cfg := e.graceConfig("1s")
+	cfg := e.logGraceConfig()
 	e.recoverForgetting(cfg, kept.id.String())
 	e.wantRows(1, true, true)
 	e.wantRows(3, false, false)
@@ -201,7 +239,7 @@ func TestLogTornTail(t *testing.T) {
 	r = e.run("log", "verify", "-o", "json").want(t, 0)
 	v = verifyJSON{}
 	r.json(t, &v)
-	if v.TornTail != "" || !*v.OK || v.LiveCommits != 0 {
+	if v.TornTail != nil || !*v.OK || v.LiveCommits != 0 {
 		t.Errorf("verify after recovery: %+v; want no torn tail, ok, no live commit", v)
 	}
 }
@@ -235,7 +273,7 @@ func TestLogCorrupt(t *testing.T) {
 	e.logCommit(recs...)
 	var first filelog.Entry
 	err := filelog.Dump(e.logDir, func(en filelog.Entry) error {
-		if first.Size == 0 {
+		if first.Size == 0 && en.Type != filelog.RecordIdentity {
 			first = en
 		}
 		return nil
@@ -260,7 +298,7 @@ func TestLogCorrupt(t *testing.T) {
 	r = e.run("log", "verify", "-o", "json").want(t, 1)
 	var v verifyJSON
 	r.json(t, &v)
-	if *v.OK || len(v.Corruption) == 0 || v.TornTail != "" {
+	if *v.OK || len(v.Corruption) == 0 || v.TornTail != nil {
 		t.Errorf("verify of a corrupt log: %+v; want ok false, corruption, no torn tail", v)
 	}
 
@@ -268,8 +306,8 @@ func TestLogCorrupt(t *testing.T) {
 	r.stderrHas(t, "damaged", "log verify")
 	var d dumpJSON
 	r.json(t, &d)
-	if d.Error == "" || len(d.Records) != 2 || d.Records[0].GlobalID != recs[1].ID.String() || d.Records[1].GlobalID != recs[2].ID.String() {
-		t.Errorf("log dump of a corrupt log: %+v; want the two records past the damage and an error", d)
+	if d.Error == "" || len(d.Records) != 3 || d.Records[0].Type != "identity" || d.Records[1].GlobalID != recs[1].ID.String() || d.Records[2].GlobalID != recs[2].ID.String() {
+		t.Errorf("log dump of a corrupt log: %+v; want the identity, the two records past the damage and an error", d)
 	}
 
 	r = e.run("recover").want(t, 1)

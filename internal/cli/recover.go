@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -26,12 +27,20 @@ func newRecover(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "recover",
 		Short: "Resolve in-doubt branches from the decision log",
-		Long: `Resolve every in-doubt branch of this node (recovery.nodes) on every participant:
+		Long: `Resolve every in-doubt branch of this node (the decision log's node, or
+recovery.nodes) on every participant:
 
-  - a commit was logged           -> commit the branch
-  - no commit logged, older than  -> roll it back (presumed abort)
-    the grace period
-  - no commit logged, younger     -> leave it: its coordinator may still decide
+  - a commit decision is recorded   -> commit the branch
+  - no decision, older than the     -> take the fence (an abort marker in every
+    log's grace period                 delegated decision table, then an abort
+                                       record in the log, both refused if a
+                                       commit got there first), then roll the
+                                       branch back (presumed abort)
+  - no decision, younger            -> leave it: its coordinator may still decide
+  - of another decision log, older  -> leave it: its decision may be elsewhere
+    than this log, or blocked by a
+    delegated decision table that is
+    not configured or not answering
 
 Other applications' branches are never touched. Records whose branches are
 all resolved are forgotten. Running it twice, or next to another recover,
@@ -40,19 +49,15 @@ is safe.
 The decision log is taken for writing; while a transaction manager has it
 open, use --dry-run (it runs recovery itself).
 
-Exit code 3 when in-doubt branches remain after the run, or a record is
-kept because a participant it names is not configured (its branches there
-may be in doubt).`,
+Exit code 3 when branches of ours remain in doubt after the run, or a
+record is kept because a participant it names was not seen (its branches
+there may be in doubt); 1 when a participant could not be listed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			if !watch && (cmd.Flags().Changed("interval") || metricsAddr != "") {
 				return usageErr("--interval and --metrics-addr need --watch")
 			}
-			c, err := g.loadConfig(true)
+			c, err := g.loadConfig(config.Need{Log: true, Participants: true})
 			if err != nil {
 				return err
 			}
@@ -66,26 +71,17 @@ may be in doubt).`,
 				ctx, cancel = context.WithTimeout(ctx, g.timeout)
 				defer cancel()
 			}
-			var log recovery.Log
+			mode := forWriting
 			if dry {
-				snap, err := readSnapshot(c.Log.Dir)
-				if err != nil {
-					return fmt.Errorf("reading the decision log: %w", err)
-				}
-				log = snap
-			} else {
-				l, err := openLog(c.Log.Dir, logger)
-				if err != nil {
-					return err
-				}
-				defer l.Close()
-				log = l
+				mode = readOnly
 			}
-			ps, errs := openParticipants(ctx, c, logger)
-			defer closeAll(ps)
-			if len(errs) > 0 && !watch {
-				printErrors(g.stderr, errs)
+			log, err := openDecisionLog(c, mode, logger)
+			if err != nil {
+				return err
 			}
+			defer log.Close()
+			ps := openParticipants(ctx, c, logger)
+			defer ps.Close()
 			sc, err := newScanner(c, ps, log, logger)
 			if err != nil {
 				return err
@@ -99,14 +95,24 @@ may be in doubt).`,
 				if err != nil {
 					return err
 				}
-				doubt := report(g, asJSON, c, rep, dry)
+				v := viewReport(sc, ps, rep, dry)
+				if err := g.out.result(v, v.print); err != nil {
+					return err
+				}
+				g.out.errors(errStrings(explainAll(rep.Errors)))
 				switch {
-				case len(errs)+len(rep.Errors) > 0:
+				case len(v.Unlisted) > 0:
+					return &exitError{code: ExitError, err: fmt.Errorf("%d of %d participants could not be listed: nothing is known about their prepared branches",
+						len(v.Unlisted), len(ps.names))}
+				case len(v.Errors) > 0:
 					return &exitError{code: ExitError, err: errors.New("some participants could not be recovered")}
-				case doubt > 0:
+				case v.InDoubt > 0:
 					return errInDoubt
 				}
 				return nil
+			}
+			for _, err := range ps.openErrors() {
+				fmt.Fprintln(g.stderr, "error:", err)
 			}
 
 			// A registry of this run's own: Main may run more than once
@@ -132,9 +138,13 @@ may be in doubt).`,
 					fmt.Fprintln(g.stderr, "scan:", err)
 					return
 				}
-				if asJSON || len(rep.Branches) > 0 || len(rep.Errors) > 0 || len(rep.Forgotten) > 0 {
-					fmt.Fprintf(g.stdout, "--- %s\n", time.Now().Format(time.RFC3339))
-					report(g, asJSON, c, rep, false)
+				if g.out.json || len(rep.Branches) > 0 || len(rep.Errors) > 0 || len(rep.Forgotten) > 0 || len(rep.Aborted) > 0 {
+					if !g.out.json {
+						fmt.Fprintf(g.stdout, "--- %s\n", time.Now().Format(time.RFC3339))
+					}
+					v := viewReport(sc, ps, rep, false)
+					g.out.result(v, v.print) //nolint:errcheck
+					g.out.errors(v.Errors)
 				}
 			})
 			return nil
@@ -148,51 +158,76 @@ may be in doubt).`,
 	return cmd
 }
 
-// report prints a scan report and returns how many branches of ours remain
-// in doubt, counting a record kept because a participant it names was not
-// seen as one: its branches there may be.
-func report(g *globals, asJSON bool, c *config.Config, rep recovery.Report, dry bool) int {
-	views := []branchView{}
-	doubt := 0
-	for _, b := range rep.Branches {
-		views = append(views, viewBranch(b, time.Duration(c.Recovery.Grace), map[string]xa.HeuristicRecord{}))
-		if inDoubt(b) {
-			doubt++
-		}
+// reportView is recover's result.
+type reportView struct {
+	DryRun   bool           `json:"dry_run"`
+	Log      *identityView  `json:"log"`
+	Grace    string         `json:"grace"`
+	Listed   []string       `json:"listed"`
+	Unlisted []unlistedView `json:"unlisted"`
+	Branches []branchView   `json:"branches"`
+	// Aborted: transactions whose abort this run recorded (presumed
+	// abort), before rolling their branches back.
+	Aborted         []string   `json:"aborted"`
+	Forgotten       []string   `json:"forgotten"`
+	ForgottenAborts []string   `json:"forgotten_aborts"`
+	Kept            []keptView `json:"kept"`
+	// InDoubt counts the branches of ours left in doubt, and the records
+	// kept because a participant they name was not seen (its branches
+	// there may be in doubt).
+	InDoubt int      `json:"in_doubt"`
+	Errors  []string `json:"errors"`
+}
+
+type keptView struct {
+	GlobalID string `json:"global_id"`
+	Reason   string `json:"reason"`
+}
+
+func ids(gs []xa.GlobalID) []string {
+	out := []string{}
+	for _, g := range gs {
+		out = append(out, g.String())
 	}
+	return out
+}
+
+func viewReport(sc *recovery.Scanner, ps *participants, rep recovery.Report, dry bool) reportView {
+	v := reportView{DryRun: dry, Log: viewIdentity(sc.Identity()), Grace: sc.Grace().String(),
+		Listed: append([]string{}, rep.Participants...), Unlisted: unlisted(ps, rep),
+		Branches: viewBranches(rep, sc.Grace(), nil), Aborted: ids(rep.Aborted), Forgotten: ids(rep.Forgotten),
+		ForgottenAborts: ids(rep.ForgottenAborts), Kept: []keptView{}, InDoubt: rep.InDoubt(),
+		Errors: errStrings(append(ps.openErrors(), explainAll(rep.Errors)...))}
 	for _, k := range rep.Kept {
+		v.Kept = append(v.Kept, keptView{GlobalID: k.ID.String(), Reason: k.Reason})
 		if k.Unseen {
-			doubt++
+			v.InDoubt++
 		}
 	}
-	forgotten := []string{}
-	for _, id := range rep.Forgotten {
-		forgotten = append(forgotten, id.String())
+	return v
+}
+
+func (v reportView) print(w io.Writer) {
+	printBranches(w, v.Branches, v.Listed, v.Unlisted, !v.DryRun)
+	would := func(did, would string) string {
+		if v.DryRun {
+			return would
+		}
+		return did
 	}
-	kept := []map[string]string{}
-	for _, k := range rep.Kept {
-		kept = append(kept, map[string]string{"global_id": k.ID.String(), "reason": k.Reason})
+	if len(v.Aborted) > 0 {
+		fmt.Fprintf(w, "recorded the abort of %s (presumed abort) before rolling back its branches\n", plural(len(v.Aborted), "transaction"))
 	}
-	if asJSON {
-		writeJSON(g.stdout, map[string]any{ //nolint:errcheck
-			"dry_run": dry, "branches": views, "forgotten": forgotten, "kept": kept, "in_doubt": doubt, "errors": errStrings(rep.Errors),
-		})
-		return doubt
+	if len(v.Forgotten) > 0 {
+		fmt.Fprintf(w, "%s %s\n", would("forgot", "would forget"), plural(len(v.Forgotten), "resolved decision record"))
 	}
-	printBranches(g.stdout, views, !dry)
-	verb := "forgot"
-	if dry {
-		verb = "would forget"
+	if len(v.ForgottenAborts) > 0 {
+		fmt.Fprintf(w, "forgot %s past their retention\n", plural(len(v.ForgottenAborts), "abort record"))
 	}
-	if len(forgotten) > 0 {
-		fmt.Fprintf(g.stdout, "%s %d resolved decision record(s)\n", verb, len(forgotten))
+	for _, k := range v.Kept {
+		fmt.Fprintf(w, "kept record %s: %s\n", k.GlobalID, k.Reason)
 	}
-	for _, k := range rep.Kept {
-		fmt.Fprintf(g.stdout, "kept record %s: %s\n", k.ID, k.Reason)
+	if v.InDoubt > 0 {
+		fmt.Fprintf(w, "%s of ours still in doubt\n", plural(v.InDoubt, "branch"))
 	}
-	printErrors(g.stderr, rep.Errors)
-	if doubt > 0 {
-		fmt.Fprintf(g.stdout, "%d branch(es) of ours still in doubt\n", doubt)
-	}
-	return doubt
 }

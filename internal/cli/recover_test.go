@@ -121,7 +121,7 @@ func TestRecover(t *testing.T) {
 	// Past the grace period: presumed abort, and the record of the
 	// finished commit is forgotten. Exit 0.
 	ageBeyond(prepared, time.Second)
-	cfg := e.graceConfig("1s")
+	cfg := e.logGraceConfig()
 	out = e.recoverForgetting(cfg, logged.id.String())
 	if out.InDoubt == nil || *out.InDoubt != 0 || len(out.Errors) != 0 {
 		t.Errorf("in_doubt %v, errors %v; want 0, none", out.InDoubt, out.Errors)
@@ -133,6 +133,24 @@ func TestRecover(t *testing.T) {
 		t.Errorf("live records after recover = %v, want none", live)
 	}
 	f.stillPrepared(e)
+
+	// The presumed abort was recorded before the rollback: list's JSON and
+	// log dump show the abort record, with its reason.
+	if a := e.aborts(); len(a) != 1 || a[0].GlobalID != orphan.id.String() || !strings.Contains(a[0].Reason, "presumed abort") || a[0].Logged == "" {
+		t.Errorf("abort records in list: %+v, want the presumed abort of %s with its reason", a, orphan.id)
+	}
+	var d dumpJSON
+	e.run("log", "dump", "--live", "-o", "json").want(t, 0).json(t, &d)
+	dumped := false
+	for _, rec := range d.Records {
+		if rec.Type == "abort" && rec.GlobalID == orphan.id.String() && rec.Live && strings.Contains(rec.Detail["reason"], "presumed abort") {
+			dumped = true
+		}
+	}
+	if !dumped {
+		t.Errorf("log dump --live lacks the abort record of %s: %+v", orphan.id, d.Records)
+	}
+	e.run("log", "dump").want(t, 0).stdoutHas(t, "abort", orphan.id.String(), "presumed abort")
 
 	// Nothing left to do: exit 0, and the foreign branches are still
 	// there.

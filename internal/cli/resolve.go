@@ -1,50 +1,73 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/xadb/xa/internal/config"
 	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/xa"
 )
 
+// resolveView is the result of xactl commit and rollback.
+type resolveView struct {
+	Participant  string `json:"participant"`
+	XID          string `json:"xid"`
+	Action       string `json:"action"`
+	Forced       bool   `json:"forced"`
+	LoggedCommit bool   `json:"logged_commit"`
+	// Fenced: the rollback recorded its transaction's abort first.
+	Fenced bool `json:"fenced"`
+	// Contradiction: how a forced resolution went against the log.
+	Contradiction string `json:"contradiction,omitempty"`
+}
+
+// newResolve is xactl commit and xactl rollback. The policy (what
+// contradicts the decision log, the fence before a rollback) is
+// recovery.Scanner.Resolve's; this is flags, output and exit codes.
 func newResolve(g *globals, commit bool) *cobra.Command {
-	verb, action := "rollback", xa.OutcomeRollback
+	verb, action, short := "rollback", xa.OutcomeRollback, "roll it back"
 	if commit {
-		verb, action = "commit", xa.OutcomeCommit
+		verb, action, short = "commit", xa.OutcomeCommit, "commit it"
 	}
 	var force bool
 	var only, reason string
 	cmd := &cobra.Command{
 		Use:   verb + " XID",
-		Short: fmt.Sprintf("Resolve one prepared branch by hand: %s it", verb),
+		Short: "Resolve one prepared branch by hand: " + short,
 		Long: fmt.Sprintf(`%s the prepared branch XID (as 'xactl list' shows it: formatID:gtrid:bqual)
-on the participant that holds it (name it with --participant when the XID is
-prepared on more than one, which only other applications' XIDs can be).
+on the participant that holds it. Participants on one MySQL/MariaDB server
+see the same branches: a branch of ours is resolved through the participant
+its commit record names. Name the participant with --participant when the
+XID is prepared on participants of different servers, which only other
+applications' XIDs can be.
 
-xactl refuses to contradict the decision log: committing a branch with no
-logged commit, rolling back one whose commit is logged, or rolling back one
-still inside the grace period (its coordinator may yet commit it), or
-touching a branch that is not ours. --force does it anyway; the resolution
-is then recorded in the decision log as a heuristic outcome, which list and
-'log dump' show. Say why with --reason.`, strings.ToUpper(verb[:1])+verb[1:]),
+xactl judges the branch as recovery would, and refuses to contradict the
+decision log: committing a branch with no recorded commit (or with a
+recorded abort), rolling back one whose commit is recorded, rolling back
+one still inside the grace period (its coordinator may yet commit it), one
+of another decision log or older than this one, or one whose decision may
+be in a delegated decision table that is not configured, touching a branch
+that is not ours, or resolving a branch so that its transaction's manual
+resolutions disagree. --force does it anyway; the resolution is then
+recorded in the decision log as a heuristic outcome, which list and 'log
+dump' show until 'xactl heuristic clear'. Say why with --reason.
+
+Rolling back a branch of ours without a decision records its transaction's
+abort first, as recovery's presumed abort does: a coordinator that records
+its commit meanwhile wins, and the rollback is refused.`, strings.ToUpper(verb[:1])+verb[1:]),
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			asJSON, err := g.json()
-			if err != nil {
-				return err
-			}
 			x, err := xa.ParseXID(args[0])
 			if err != nil {
 				return usageErr("%v\nGive the XID as 'xactl list' shows it: formatID:gtrid:bqual", err)
 			}
-			c, err := g.loadConfig(true)
+			c, err := g.loadConfig(config.Need{Log: true, Participants: true})
 			if err != nil {
 				return err
 			}
@@ -56,127 +79,58 @@ is then recorded in the decision log as a heuristic outcome, which list and
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
 			logger := g.logger()
-			log, err := openLog(c.Log.Dir, logger)
+			log, err := openDecisionLog(c, forWriting, logger)
 			if err != nil {
 				return err
 			}
 			defer log.Close()
-			ps, errs := openParticipants(ctx, c, logger)
-			defer closeAll(ps)
-
-			// Find the participant that holds the branch.
-			var holder *participant
-			var prep xa.PreparedBranch
-			var holders []string
-			for _, p := range ps {
-				if only != "" && p.cfg.Name != only {
-					continue
-				}
-				list, err := p.rm.Recover(ctx)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("listing %s: %w", p.cfg.Name, err))
-					continue
-				}
-				for _, b := range list {
-					if b.XID.Equal(x) && holder != p {
-						holder, prep = p, b
-						holders = append(holders, p.cfg.Name)
-					}
-				}
+			ps := openParticipants(ctx, c, logger)
+			defer ps.Close()
+			if err := ps.unreachable[only]; only != "" && err != nil {
+				return fmt.Errorf("participant %q could not be opened: %w", only, err)
 			}
-			if holder == nil {
-				printErrors(g.stderr, errs)
-				return fmt.Errorf("%s is not prepared on any participant that could be listed (already resolved? see xactl list)", x)
+			sc, err := newScanner(c, ps, log, logger)
+			if err != nil {
+				return err
 			}
-			if len(holders) > 1 {
-				// Only another application can have prepared the same
-				// XID on two databases: never guess which one is meant.
-				return usageErr("%s is prepared on %s: choose one with --participant", x, strings.Join(holders, " and "))
-			}
-
-			// What does the decision log say?
-			g0, _, ours := xa.Owned(x)
-			var from xa.Origin
-			logged := false
-			var contradiction string
-			if !ours {
-				contradiction = "it is not a branch of this transaction manager (the decision log knows nothing of it)"
-			} else {
-				rec, ok, err := log.Lookup(ctx, g0)
-				if err != nil {
-					return err
+			res, err := sc.Resolve(ctx, x, action, recovery.ResolveOptions{Participant: only, Force: force, Reason: reason})
+			openErrs := ps.openErrors()
+			switch {
+			case errors.Is(err, recovery.ErrContradiction):
+				return fmt.Errorf("%w.\nUse --force to do it anyway; it will be recorded in the decision log as a heuristic outcome (say why with --reason)", err)
+			case errors.Is(err, recovery.ErrAmbiguous):
+				return usageErr("%v\nChoose one with --participant", err)
+			case errors.Is(err, recovery.ErrNotPrepared):
+				if len(openErrs) > 0 {
+					return fmt.Errorf("%w\n%s", err, joinLines("and some participants could not be opened:", openErrs))
 				}
-				// A last resource may hold the decision instead.
-				for _, p := range ps {
-					if ok {
-						break
-					}
-					if ds, isStore := p.rm.(recovery.DecisionStore); isStore {
-						if rec, ok, err = ds.Decision(ctx, g0); err != nil {
-							return fmt.Errorf("reading the decisions stored in %s: %w", p.cfg.Name, err)
-						}
-					}
-				}
-				logged = ok
-				for _, br := range rec.Branches {
-					if br.XID.Equal(x) {
-						from = br.Origin
-					}
-				}
-				a, known := prep.Age(time.Now())
-				switch {
-				case commit && !logged:
-					contradiction = "no commit is logged for its transaction: presumed abort says roll it back"
-				case !commit && logged:
-					contradiction = "a commit is logged for its transaction: recovery will commit it"
-				case !commit && (!known || a <= time.Duration(c.Recovery.Grace)):
-					contradiction = fmt.Sprintf("it is %s old, inside the %s grace period: its coordinator may still commit it", age(a, known), time.Duration(c.Recovery.Grace))
-				}
-				hs, err := log.Heuristics(ctx)
-				if err != nil {
-					return err
-				}
-				for _, h := range hs {
-					if bytes.Equal(h.XID.Gtrid, x.Gtrid) && h.Action != action && contradiction == "" {
-						contradiction = fmt.Sprintf("branch %s of the same transaction was resolved by hand with %s: the outcome would be mixed", h.XID, h.Action)
-					}
-				}
-			}
-			if contradiction != "" && !force {
-				return fmt.Errorf("refusing to %s %s: %s.\nUse --force to do it anyway; it will be recorded as a heuristic outcome", verb, x, contradiction)
-			}
-
-			var opErr error
-			if commit {
-				opErr = holder.rm.Commit(ctx, x, from)
-			} else {
-				opErr = holder.rm.Rollback(ctx, x, from)
-			}
-			if opErr != nil {
+				return err
+			case err != nil:
 				hint := ""
-				if xa.Retryable(opErr) {
+				if xa.Retryable(err) {
 					hint = " (transient: try again shortly)"
 				}
-				return fmt.Errorf("%s %s on %s: %w%s", verb, x, holder.cfg.Name, opErr, hint)
+				return fmt.Errorf("%w%s", explainAll([]error{err})[0], hint)
 			}
-			forced := contradiction != ""
-			if forced {
-				h := xa.HeuristicRecord{RM: holder.cfg.Name, XID: x, Action: action, Forced: true, Time: time.Now(), Reason: reason}
-				if err := log.LogHeuristic(ctx, h); err != nil {
-					return fmt.Errorf("the branch was %s, but recording the heuristic outcome failed: %w", done(verb), err)
+			v := resolveView{Participant: res.Participant, XID: res.XID.String(), Action: verb, Forced: res.Forced,
+				LoggedCommit: res.Logged, Fenced: res.Fenced, Contradiction: res.Contradiction}
+			err = g.out.result(v, func(w io.Writer) {
+				fmt.Fprintf(w, "%s %s on %s", done(verb), v.XID, v.Participant)
+				switch {
+				case v.Forced:
+					fmt.Fprintf(w, " (forced: %s; recorded as a heuristic outcome)", v.Contradiction)
+				case v.Fenced:
+					fmt.Fprint(w, " (its transaction's abort is recorded first: its coordinator can no longer commit it)")
 				}
+				fmt.Fprintln(w)
+			})
+			if err != nil {
+				return err
 			}
-			if asJSON {
-				return writeJSON(g.stdout, map[string]any{"participant": holder.cfg.Name, "xid": x.String(), "action": verb, "forced": forced, "logged_commit": logged})
-			}
-			fmt.Fprintf(g.stdout, "%s %s on %s", done(verb), x, holder.cfg.Name)
-			if forced {
-				fmt.Fprintf(g.stdout, " (forced: %s; recorded as a heuristic outcome)", contradiction)
-			}
-			fmt.Fprintln(g.stdout)
-			if len(errs) > 0 {
-				printErrors(g.stderr, errs)
-				return &exitError{code: ExitError, err: errors.New("some participants could not be listed")}
+			if len(openErrs) > 0 {
+				// The XID may be prepared there too (only other
+				// applications reuse an XID across databases).
+				return &exitError{code: ExitError, err: errors.New(joinLines("the branch was resolved, but some participants could not be opened:", openErrs))}
 			}
 			return nil
 		},
@@ -193,4 +147,14 @@ func done(verb string) string {
 		return "committed"
 	}
 	return "rolled back"
+}
+
+func joinLines(head string, errs []error) string {
+	var b strings.Builder
+	b.WriteString(head)
+	for _, e := range errs {
+		b.WriteString("\n  ")
+		b.WriteString(e.Error())
+	}
+	return b.String()
 }

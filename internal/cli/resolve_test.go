@@ -9,11 +9,13 @@ import (
 )
 
 type resolveJSON struct {
-	Participant  string `json:"participant"`
-	XID          string `json:"xid"`
-	Action       string `json:"action"`
-	Forced       bool   `json:"forced"`
-	LoggedCommit bool   `json:"logged_commit"`
+	Participant   string `json:"participant"`
+	XID           string `json:"xid"`
+	Action        string `json:"action"`
+	Forced        bool   `json:"forced"`
+	LoggedCommit  bool   `json:"logged_commit"`
+	Fenced        bool   `json:"fenced"`
+	Contradiction string `json:"contradiction"`
 }
 
 type dumpJSON struct {
@@ -48,7 +50,7 @@ func TestResolve(t *testing.T) {
 	ageBeyond(prepared, time.Second)
 	// Branches older than 1 s are past the grace period; young is not
 	// under the 10 s one.
-	cfg := e.graceConfig("1s")
+	cfg := e.logGraceConfig()
 	cfgYoung := e.graceConfig("10s")
 
 	refused := func(r result, why string) {
@@ -68,16 +70,22 @@ func TestResolve(t *testing.T) {
 	if !e.pgRow(1) {
 		t.Error("PostgreSQL row 1 not committed")
 	}
+	// A rollback of an undecided branch of ours past the grace period is a
+	// presumed abort by hand: the abort is recorded first (the fence).
 	r = e.runWith(cfg, "rollback", orphan.my.String()).want(t, 0)
-	r.stdoutHas(t, "rolled back", orphan.my.String(), myName)
+	r.stdoutHas(t, "rolled back", orphan.my.String(), myName, "abort is recorded first")
 	if strings.Contains(r.stdout, "forced") {
 		t.Errorf("a consistent rollback says forced: %s", r)
 	}
 	e.wantPrepared(orphan, false, true)
+	if a := e.aborts(); len(a) != 1 || a[0].GlobalID != orphan.id.String() {
+		t.Errorf("abort records after a rollback by hand: %+v, want the one of %s", a, orphan.id)
+	}
 
 	// Contradicting the log: refused, nothing changes.
 	refused(e.runWith(cfg, "rollback", logged.my.String()), "a commit is logged")
-	refused(e.runWith(cfg, "commit", orphan.pg.String()), "no commit is logged")
+	refused(e.runWith(cfg, "commit", orphan.pg.String()), "an abort is recorded")
+	refused(e.runWith(cfg, "commit", mixed.pg.String()), "no commit is logged")
 	refused(e.runWith(cfgYoung, "rollback", young.pg.String()), "grace period")
 	refused(e.runWith(cfg, "commit", f.my.String()), "not a branch of this transaction manager")
 	refused(e.runWith(cfg, "commit", f.myTwin.String()), "not a branch of this transaction manager")
@@ -144,7 +152,7 @@ func TestResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r = e.runWith(cfg, "commit", gone.Branch(0).String()).want(t, 1)
+	r = e.runWith(cfg, "commit", e.xid(gone, 0).String()).want(t, 1)
 	r.stderrHas(t, "not prepared on any participant")
 	e.runWith(cfg, "rollback", orphan.my.String()).want(t, 1).stderrHas(t, "not prepared") // already rolled back
 	for _, bad := range []string{"not-an-xid", "1:abc", "01:abc:0", "-1:abc:0", "1:~!!:0", "1:" + strings.Repeat("g", 65) + ":0"} {
@@ -166,6 +174,14 @@ func TestResolve(t *testing.T) {
 	if h := e.heuristics()[f.my.String()]; h["action"] != "rollback" || h["forced"] != "true" {
 		t.Errorf("forced rollback of a foreign branch recorded as %v", h)
 	}
+}
+
+// aborts returns the abort records list shows.
+func (e *env) aborts() []abortJSON {
+	e.t.Helper()
+	var out listJSON
+	e.run("list", "-o", "json").json(e.t, &out)
+	return out.Aborts
 }
 
 // heuristics returns the live heuristic records of log dump --output json,

@@ -5,7 +5,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -60,6 +58,10 @@ type globals struct {
 	output     string
 	verbose    bool
 	timeout    time.Duration
+
+	// out prints results, as a table or as JSON (--output), for every
+	// command; set before any command runs.
+	out *printer
 
 	stdout, stderr io.Writer
 	getenv         func(string) string
@@ -135,29 +137,33 @@ locks. xactl shows them, resolves them from the decision log (commit where a
 commit was logged, roll back where none was and the grace period is over),
 and lets an operator decide by hand when needed.
 
-Configuration comes from a YAML file (--config, $XACTL_CONFIG, or ./xactl.yaml),
-overridden by XACTL_NODE, XACTL_LOG_DIR, XACTL_TIMEOUT and then by flags:
+The decision log is created once, by 'xactl log init' (or by the
+application, with filelog.Create); every other command opens an existing
+log and refuses a directory without one. The log's identity holds the global
+transaction timeout and the presumed-abort grace period that the
+coordinator, its recovery and xactl all apply.
 
-  node: node1                 # this transaction manager's node id
-  timeout: 30s                # global transaction timeout
-  log:
-    dir: /var/lib/xa/node1    # the decision log
-  participants:
-    - name: maria             # the name the TM gave the participant
-      driver: mysql           # mysql (also MariaDB) or postgres
-      dsn: xa:secret@tcp(127.0.0.1:3306)/bank
-    - name: pg
-      driver: postgres
-      dsn: ${PG_DSN}          # environment variables are expanded
-      decision_table: xa_decisions  # only if pg is the TM's last resource
+The configuration comes from a YAML file (--config, $XACTL_CONFIG, or
+./xactl.yaml), overridden by XACTL_NODE and XACTL_LOG_DIR and then by
+flags:
 
+` + indent(config.Example, "  ") + `
 Exit codes: 0 ok, 1 error, 2 usage, 3 in-doubt branches remain.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// The output format is chosen once, for every command.
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			p, err := g.newPrinter()
+			if err != nil {
+				return err
+			}
+			g.out = p
+			return nil
+		},
 	}
 	pf := root.PersistentFlags()
 	pf.StringVarP(&g.configPath, "config", "c", "", "configuration file (default $XACTL_CONFIG or ./xactl.yaml)")
-	pf.StringVar(&g.node, "node", "", "transaction manager node id (overrides config and $XACTL_NODE)")
+	pf.StringVar(&g.node, "node", "", "transaction manager node id (default: the decision log's; overrides config and $XACTL_NODE)")
 	pf.StringVar(&g.logDir, "log-dir", "", "decision log directory (overrides config and $XACTL_LOG_DIR)")
 	pf.StringVarP(&g.output, "output", "o", "", "output format: table or json (default $XACTL_OUTPUT or table)")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log what is done")
@@ -165,27 +171,25 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 in-doubt branches remain.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: ExitUsage, err: err} })
 
 	root.AddCommand(newList(g), newRecover(g), newResolve(g, true), newResolve(g, false),
-		newLog(g), newDoctor(g), newDemo(g), newBench(g), newWorker(g), newVersion(g))
+		newLog(g), newHeuristic(g), newDoctor(g), newDemo(g), newBench(g), newWorker(g), newVersion(g))
 	usageArgs(root)
 	return root
 }
 
-// loadConfig reads the configuration, applies env and flags, and checks
-// it.
-func (g *globals) loadConfig(needLog bool) (*config.Config, error) {
-	c, err := g.loadConfigLoose()
-	if err != nil {
-		return nil, err
+func indent(s, prefix string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(s, "\n") {
+		if strings.TrimSpace(l) != "" {
+			b.WriteString(prefix)
+		}
+		b.WriteString(l)
 	}
-	if err := c.Validate(needLog); err != nil {
-		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("%w\n(see xactl --help for the configuration file)", err)}
-	}
-	return c, nil
+	return b.String()
 }
 
-// loadConfigLoose reads the configuration and applies env and flags
-// without requiring participants.
-func (g *globals) loadConfigLoose() (*config.Config, error) {
+// loadConfig reads the configuration, applies env and flags, and checks
+// that it has what the command needs.
+func (g *globals) loadConfig(need config.Need) (*config.Config, error) {
 	path := g.configPath
 	explicit := path != ""
 	if path == "" {
@@ -214,22 +218,10 @@ func (g *globals) loadConfigLoose() (*config.Config, error) {
 		c.Log.Dir = g.logDir
 	}
 	c.Defaults()
+	if err := c.Validate(need); err != nil {
+		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("%w\n(see xactl --help for the configuration file)", err)}
+	}
 	return c, nil
-}
-
-// json reports whether the output is JSON.
-func (g *globals) json() (bool, error) {
-	o := g.output
-	if o == "" {
-		o = g.getenv("XACTL_OUTPUT")
-	}
-	switch o {
-	case "", "table":
-		return false, nil
-	case "json":
-		return true, nil
-	}
-	return false, usageErr("--output %q: want table or json", o)
 }
 
 func (g *globals) logger() *slog.Logger {
@@ -239,14 +231,6 @@ func (g *globals) logger() *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: lvl}))
 }
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 2, 4, 2, ' ', 0) }
 
 func age(d time.Duration, known bool) string {
 	if !known {

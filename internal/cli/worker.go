@@ -35,6 +35,8 @@ func newWorker(g *globals) *cobra.Command {
 	f.StringVar(&cfg.Crash, "crash", "", "crash point, e.g. log:100 (SIGKILL itself there)")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
 	f.DurationVar(&cfg.Timeout, "tx-timeout", 3*time.Second, "global transaction timeout")
+	f.IntVar(&cfg.Phase2Attempts, "phase2-attempts", 0, "phase-2 attempts per branch (0: xa's default); the log's grace must cover them")
+	f.DurationVar(&cfg.Phase2Timeout, "phase2-timeout", 0, "time limit of one phase-2 attempt (0: xa's default)")
 	for _, n := range []string{"mysql-dsn", "postgres-dsn", "decision-log"} {
 		cmd.MarkFlagRequired(n) //nolint:errcheck
 	}

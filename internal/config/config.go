@@ -2,25 +2,19 @@
 // log, the participants and the recovery settings, from a YAML file,
 // overridden by XACTL_* environment variables and then by flags.
 //
-//	node: node1
-//	timeout: 30s
-//	log:
-//	  dir: /var/lib/xa/node1
-//	participants:
-//	  - name: maria
-//	    driver: mysql
-//	    dsn: xa:secret@tcp(127.0.0.1:3306)/bank
-//	  - name: pg
-//	    driver: postgres
-//	    dsn: ${PG_DSN}
-//	    decision_table: xa_decisions  # if pg is the last resource
-//	recovery:
-//	  nodes: [node1]
-//	  interval: 10s
+// The file format is shown by Example (example.yaml in this directory, the
+// one copy: xactl --help prints it and a test parses and validates it).
+//
+// The global transaction timeout and the presumed-abort grace period are not
+// configuration: they are part of the decision log's identity
+// (xa.LogIdentity), fixed when the log is created, so that the coordinator,
+// its recovery and xactl apply the same values. recovery.grace may only
+// lengthen the log's grace.
 package config
 
 import (
 	"bytes"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -33,18 +27,35 @@ import (
 	"github.com/xadb/xa/xa"
 )
 
+// Example is an annotated configuration file with every setting.
+//
+//go:embed example.yaml
+var Example string
+
 // Config is the whole configuration.
 type Config struct {
+	// Node is the transaction manager's node id. Optional: it defaults to
+	// the decision log's node, and must be the log's node when given.
 	Node         string        `yaml:"node"`
-	Timeout      Duration      `yaml:"timeout"`
 	Log          Log           `yaml:"log"`
 	Participants []Participant `yaml:"participants"`
 	Recovery     Recovery      `yaml:"recovery"`
 }
 
+// Log kinds.
+const (
+	// LogFile is the embedded decision log (recovery/filelog) in Log.Dir.
+	LogFile = "file"
+	// LogSQL is reserved for a decision log in a database; not supported
+	// yet.
+	LogSQL = "sql"
+)
+
 // Log locates the decision log.
 type Log struct {
-	// Dir is the embedded log's directory.
+	// Kind is the log's backend: "file" (the default).
+	Kind string `yaml:"kind"`
+	// Dir is the file log's directory.
 	Dir string `yaml:"dir"`
 }
 
@@ -63,9 +74,11 @@ type Participant struct {
 
 // Recovery configures the recovery scanner.
 type Recovery struct {
-	// Nodes whose branches this process resolves; default: Node.
+	// Nodes whose branches xactl resolves; default: the log's node.
 	Nodes []string `yaml:"nodes"`
-	// Grace before presumed abort; default xa.GracePeriod(Timeout).
+	// Grace, when set, is a minimum presumed-abort grace period: it
+	// lengthens the decision log's grace (xa.LogIdentity.Grace), and is
+	// ignored when shorter. Default: the log's grace.
 	Grace Duration `yaml:"grace"`
 	// Interval between scans in watch mode; default 10s.
 	Interval Duration `yaml:"interval"`
@@ -94,6 +107,13 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // ErrInvalid is wrapped by every configuration error.
 var ErrInvalid = errors.New("invalid configuration")
 
+// removed are settings that are no longer read, and why: an old file must
+// not silently keep a setting that no longer has any effect.
+var removed = map[string]string{
+	"timeout": "the global transaction timeout is the decision log's, fixed when the log is created " +
+		"(xactl log init --timeout); remove timeout: from the configuration (xactl log verify shows the log's)",
+}
+
 // Load reads the file at path. Unknown keys are errors (a typo must not
 // silently drop a setting).
 func Load(path string) (*Config, error) {
@@ -106,6 +126,14 @@ func Load(path string) (*Config, error) {
 
 // Parse parses configuration text; name is used in messages.
 func Parse(b []byte, name string) (*Config, error) {
+	var top map[string]yaml.Node
+	if err := yaml.Unmarshal(b, &top); err == nil {
+		for key, why := range removed {
+			if n, ok := top[key]; ok {
+				return nil, fmt.Errorf("%w: %s: line %d: %s is no longer read: %s", ErrInvalid, name, n.Line, key, why)
+			}
+		}
+	}
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -118,8 +146,9 @@ func Parse(b []byte, name string) (*Config, error) {
 	return &c, nil
 }
 
-// ApplyEnv overrides settings with XACTL_NODE, XACTL_LOG_DIR and
-// XACTL_TIMEOUT when they are set.
+// ApplyEnv overrides settings with XACTL_NODE and XACTL_LOG_DIR when they
+// are set. XACTL_TIMEOUT, which set a setting that is now the log's, is
+// refused.
 func (c *Config) ApplyEnv(getenv func(string) string) error {
 	if v := getenv("XACTL_NODE"); v != "" {
 		c.Node = v
@@ -128,26 +157,17 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 		c.Log.Dir = v
 	}
 	if v := getenv("XACTL_TIMEOUT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("%w: XACTL_TIMEOUT=%q: %v", ErrInvalid, v, err)
-		}
-		c.Timeout = Duration(d)
+		return fmt.Errorf("%w: XACTL_TIMEOUT=%q is no longer read: %s", ErrInvalid, v, removed["timeout"])
 	}
 	return nil
 }
 
 // Defaults fills in what was left out.
 func (c *Config) Defaults() {
-	if c.Timeout == 0 {
-		c.Timeout = Duration(30 * time.Second)
+	if c.Log.Kind == "" {
+		c.Log.Kind = LogFile
 	}
-	if len(c.Recovery.Nodes) == 0 && c.Node != "" {
-		c.Recovery.Nodes = []string{c.Node}
-	}
-	if c.Recovery.Grace == 0 {
-		c.Recovery.Grace = Duration(xa.GracePeriod(time.Duration(c.Timeout)))
-	}
+	c.Log.Kind = strings.ToLower(c.Log.Kind)
 	if c.Recovery.Interval == 0 {
 		c.Recovery.Interval = Duration(10 * time.Second)
 	}
@@ -159,17 +179,40 @@ func (c *Config) Defaults() {
 	}
 }
 
-// Validate checks the configuration; needLog says whether the decision log
-// is required for the command at hand.
-func (c *Config) Validate(needLog bool) error {
+// Need says what the command at hand requires of the configuration.
+type Need struct {
+	// Log: the decision log's location.
+	Log bool
+	// Node: a node id (xactl log init names the node of the log it
+	// creates; other commands take it from the log).
+	Node bool
+	// Participants: at least one participant.
+	Participants bool
+}
+
+// Validate checks the configuration for a command that needs what need
+// says. Call Defaults first.
+func (c *Config) Validate(need Need) error {
 	var errs []error
-	if err := xa.ValidateNode(c.Node); err != nil {
-		errs = append(errs, fmt.Errorf("node: %v (set node: in the config, XACTL_NODE or --node)", err))
+	switch {
+	case c.Node != "":
+		if err := xa.ValidateNode(c.Node); err != nil {
+			errs = append(errs, fmt.Errorf("node: %v", err))
+		}
+	case need.Node:
+		errs = append(errs, errors.New("node is not set (the node id of the log to create: node: in the config, XACTL_NODE or --node)"))
 	}
-	if needLog && c.Log.Dir == "" {
-		errs = append(errs, errors.New("log.dir is not set (the decision log's directory; XACTL_LOG_DIR or --log-dir)"))
+	switch c.Log.Kind {
+	case LogFile, "":
+		if need.Log && c.Log.Dir == "" {
+			errs = append(errs, errors.New("log.dir is not set (the decision log's directory; XACTL_LOG_DIR or --log-dir)"))
+		}
+	case LogSQL:
+		errs = append(errs, errors.New("log.kind: sql is not supported yet; use kind: file with log.dir"))
+	default:
+		errs = append(errs, fmt.Errorf("log.kind: %q is not a kind of decision log; want file", c.Log.Kind))
 	}
-	if len(c.Participants) == 0 {
+	if need.Participants && len(c.Participants) == 0 {
 		errs = append(errs, errors.New("no participants configured"))
 	}
 	seen := map[string]bool{}
@@ -196,8 +239,28 @@ func (c *Config) Validate(needLog bool) error {
 			errs = append(errs, fmt.Errorf("recovery.nodes: %v", err))
 		}
 	}
+	if c.Recovery.Grace < 0 || c.Recovery.Interval < 0 {
+		errs = append(errs, errors.New("recovery: grace and interval must not be negative"))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+	}
+	return nil
+}
+
+// CheckIdentity checks the configuration against the identity of the
+// decision log it opened, and fills in the node when it was left out: the
+// log's node is the node. A configured node that differs is refused: its
+// transactions' decisions are not in this log.
+func (c *Config) CheckIdentity(ident xa.LogIdentity) error {
+	if c.Node == "" {
+		c.Node = ident.Node
+		return nil
+	}
+	if c.Node != ident.Node {
+		return fmt.Errorf("%w: node is %q (config, XACTL_NODE or --node), but the decision log in %s is node %q's (log %s): "+
+			"the decisions of node %q are not in this log. Point log.dir at node %q's log, or drop node: to use the log's",
+			ErrInvalid, c.Node, c.Log.Dir, ident.Node, ident.ID, c.Node, c.Node)
 	}
 	return nil
 }

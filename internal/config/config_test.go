@@ -5,13 +5,42 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xadb/xa/xa"
 )
+
+// TestExample: the one example of the file format (printed by xactl
+// --help) parses, validates, and sets every setting there is.
+func TestExample(t *testing.T) {
+	t.Setenv("PG_DSN", "postgres://u@127.0.0.1:5432/db")
+	c, err := Parse([]byte(Example), "example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Defaults()
+	if err := c.Validate(Need{Log: true, Node: true, Participants: true}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Node != "node1" || c.Log.Kind != LogFile || c.Log.Dir == "" || len(c.Participants) != 2 ||
+		c.Participants[1].DSN != "postgres://u@127.0.0.1:5432/db" || c.Participants[1].DecisionTable == "" ||
+		len(c.Recovery.Nodes) != 1 || c.Recovery.Interval != Duration(10*time.Second) {
+		t.Errorf("example parsed as %+v", c)
+	}
+	// Every key of Config appears in the example (commented out or not).
+	for _, key := range []string{"node:", "log:", "kind:", "dir:", "participants:", "name:", "driver:", "dsn:", "decision_table:", "recovery:", "nodes:", "interval:", "grace:"} {
+		if !strings.Contains(Example, key) {
+			t.Errorf("the example lacks %s", key)
+		}
+	}
+	// max_conns is the one setting the example leaves out; it parses.
+	if _, err := Parse([]byte("participants:\n  - name: a\n    max_conns: 4\n"), "x"); err != nil {
+		t.Error(err)
+	}
+}
 
 func TestParseValid(t *testing.T) {
 	t.Setenv("PG_TEST_DSN", "postgres://u@127.0.0.1:5432/db")
 	c, err := Parse([]byte(`
-node: n1
-timeout: 5s
 log:
   dir: /tmp/x
 participants:
@@ -21,27 +50,37 @@ participants:
   - name: pg
     driver: postgres
     dsn: ${PG_TEST_DSN}
+recovery:
+  grace: 5m
 `), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Defaults()
-	if err := c.Validate(true); err != nil {
+	if err := c.Validate(Need{Log: true, Participants: true}); err != nil {
 		t.Fatal(err)
 	}
 	if c.Participants[0].Driver != "mysql" || c.Participants[1].DSN != "postgres://u@127.0.0.1:5432/db" {
 		t.Fatalf("participants = %+v", c.Participants)
 	}
-	if time.Duration(c.Timeout) != 5*time.Second || time.Duration(c.Recovery.Grace) != 65*time.Second || c.Recovery.Nodes[0] != "n1" {
-		t.Fatalf("defaults: timeout %v grace %v nodes %v", c.Timeout, c.Recovery.Grace, c.Recovery.Nodes)
+	// No node, no nodes, no grace default: they are the log's.
+	if c.Node != "" || len(c.Recovery.Nodes) != 0 || c.Log.Kind != LogFile || time.Duration(c.Recovery.Grace) != 5*time.Minute {
+		t.Fatalf("defaults: node %q nodes %v kind %q grace %v", c.Node, c.Recovery.Nodes, c.Log.Kind, c.Recovery.Grace)
+	}
+	// A node is needed only to create a log.
+	if err := c.Validate(Need{Log: true, Node: true}); err == nil || !strings.Contains(err.Error(), "node is not set") {
+		t.Errorf("Validate(Node) without a node = %v", err)
 	}
 }
 
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct{ name, text, want string }{
 		{"unknown key", "node: n1\nparticipantz: []\n", "participantz"},
-		{"bad duration", "timeout: fast\n", "not a duration"},
+		{"bad duration", "recovery:\n  interval: fast\n", "not a duration"},
 		{"not yaml", "node: [\n", "invalid configuration"},
+		// timeout: is the log's now: an old file says so instead of
+		// keeping a setting that has no effect.
+		{"timeout", "node: n1\ntimeout: 30s\n", "timeout is no longer read"},
 	} {
 		_, err := Parse([]byte(tc.text), "x.yaml")
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
@@ -56,7 +95,7 @@ func TestValidate(t *testing.T) {
 		{Name: "a", Driver: "mysql"},
 	}}
 	c.Defaults()
-	err := c.Validate(true)
+	err := c.Validate(Need{Log: true, Participants: true})
 	for _, want := range []string{"node id", "log.dir", `driver "oracle"`, `"a" used twice`, "dsn is empty"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate = %v; want it to mention %q", err, want)
@@ -64,17 +103,61 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestLogKind: kind defaults to file; sql is named as not supported yet;
+// anything else is an unknown kind.
+func TestLogKind(t *testing.T) {
+	for _, tc := range []struct{ kind, want string }{
+		{"", ""}, {"file", ""}, {"FILE", ""},
+		{"sql", "sql is not supported yet"},
+		{"pebble", `"pebble" is not a kind of decision log`},
+	} {
+		c := &Config{Log: Log{Kind: tc.kind, Dir: "/d"}}
+		c.Defaults()
+		err := c.Validate(Need{Log: true})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("kind %q: %v", tc.kind, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("kind %q: %v; want %q", tc.kind, err, tc.want)
+		}
+		if tc.want == "" && c.Log.Kind != LogFile {
+			t.Errorf("kind %q became %q", tc.kind, c.Log.Kind)
+		}
+	}
+}
+
 func TestApplyEnv(t *testing.T) {
 	c := &Config{Node: "a"}
-	env := map[string]string{"XACTL_NODE": "b", "XACTL_LOG_DIR": "/d", "XACTL_TIMEOUT": "7s"}
+	env := map[string]string{"XACTL_NODE": "b", "XACTL_LOG_DIR": "/d"}
 	if err := c.ApplyEnv(func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
-	if c.Node != "b" || c.Log.Dir != "/d" || time.Duration(c.Timeout) != 7*time.Second {
+	if c.Node != "b" || c.Log.Dir != "/d" {
 		t.Fatalf("%+v", c)
 	}
-	env["XACTL_TIMEOUT"] = "soon"
-	if err := c.ApplyEnv(func(k string) string { return env[k] }); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("bad XACTL_TIMEOUT: %v", err)
+	env["XACTL_TIMEOUT"] = "7s"
+	if err := c.ApplyEnv(func(k string) string { return env[k] }); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "log init --timeout") {
+		t.Fatalf("XACTL_TIMEOUT: %v; want it refused, pointing at xactl log init --timeout", err)
+	}
+}
+
+// TestCheckIdentity: the node defaults to the log's; a different one is
+// refused, naming both.
+func TestCheckIdentity(t *testing.T) {
+	ident, err := xa.NewLogIdentity("n1", 0, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Config{Log: Log{Dir: "/d"}}
+	if err := c.CheckIdentity(ident); err != nil || c.Node != "n1" {
+		t.Fatalf("CheckIdentity without a node: %v, node %q", err, c.Node)
+	}
+	if err := c.CheckIdentity(ident); err != nil {
+		t.Fatal(err)
+	}
+	c.Node = "n2"
+	err = c.CheckIdentity(ident)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"n2"`) || !strings.Contains(err.Error(), `"n1"`) || !strings.Contains(err.Error(), ident.ID.String()) {
+		t.Fatalf("CheckIdentity with another node: %v", err)
 	}
 }
