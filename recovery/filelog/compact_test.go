@@ -50,11 +50,20 @@ func TestCompactionBoundsSpace(t *testing.T) {
 	for i := range 5 {
 		logPending(1_000_000 + i)
 	}
-	heur := []xa.HeuristicRecord{heurRec(1, xa.OutcomeCommit), heurRec(2, xa.OutcomeRollback)}
+	heur := []xa.HeuristicRecord{heurRec(1, xa.OutcomeCommit), heurRec(2, xa.OutcomeRollback), heurRecOn("pg", 2, xa.OutcomeCommit)}
 	for _, h := range heur {
 		if err := l.LogHeuristic(ctx, h); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Abort records within their retention and delegations are live too.
+	for i := range 3 {
+		if err := l.LogAbort(ctx, abortRec(3_000_000+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.LogDelegation(ctx, "maria"); err != nil {
+		t.Fatal(err)
 	}
 	maxSegs, maxSize := 0, int64(0)
 	for round := range 10 {
@@ -97,6 +106,12 @@ func TestCompactionBoundsSpace(t *testing.T) {
 		}
 		if g, w := heurSet(t, h), heurSet(t, heur); !slices.Equal(g, w) {
 			t.Errorf("%s: heuristics %d, want %d", when, len(h), len(heur))
+		}
+		if as, err := l.Aborts(ctx); err != nil || len(as) != 3 {
+			t.Errorf("%s: %d aborts, %v; want 3", when, len(as), err)
+		}
+		if ds, err := l.Delegations(ctx); err != nil || len(ds) != 1 {
+			t.Errorf("%s: delegations %+v, %v", when, ds, err)
 		}
 	}
 	check("before reopen")

@@ -2,6 +2,8 @@ package filelog
 
 import (
 	"context"
+	"encoding/binary"
+	"hash/crc32"
 	"errors"
 	"maps"
 	"os"
@@ -168,6 +170,64 @@ func TestCorruption(t *testing.T) {
 				return last, int64(end)
 			},
 			reason: "undecodable commit record",
+		},
+		{
+			name: "abort record with a good checksum that does not decode, at the tail",
+			damage: func(t *testing.T, segs []string) (string, int64) {
+				last := segs[len(segs)-1]
+				_, end := frames(t, last)
+				rewrite(t, last, func(b []byte) []byte { return appendFrame(b, RecordAbort, []byte("\x01\x03abc")) })
+				return last, int64(end)
+			},
+			reason: "undecodable abort record",
+		},
+		{
+			name: "delegation record without a participant, at the tail",
+			damage: func(t *testing.T, segs []string) (string, int64) {
+				last := segs[len(segs)-1]
+				_, end := frames(t, last)
+				rewrite(t, last, func(b []byte) []byte { return appendFrame(b, RecordDelegation, []byte("\x01\x00\x00")) })
+				return last, int64(end)
+			},
+			reason: "undecodable delegation record",
+		},
+		{
+			name: "clear record in the format of version 1 (an XID, no participant), in the middle",
+			damage: func(t *testing.T, segs []string) (string, int64) {
+				last := segs[len(segs)-1]
+				offs, end := frames(t, last)
+				// Insert it before the last record.
+				k := offs[len(offs)-1]
+				rewrite(t, last, func(b []byte) []byte {
+					tail := append([]byte(nil), b[k:end]...)
+					b = appendFrame(b[:k], RecordClear, []byte(gid(1).Branch(0).String()))
+					return append(b, tail...)
+				})
+				return last, int64(k)
+			},
+			reason: "undecodable clear record",
+		},
+		{
+			name: "forget-abort record with a foreign global id",
+			damage: func(t *testing.T, segs []string) (string, int64) {
+				last := segs[len(segs)-1]
+				_, end := frames(t, last)
+				rewrite(t, last, func(b []byte) []byte { return appendFrame(b, RecordForgetAbort, []byte("not ours")) })
+				return last, int64(end)
+			},
+			reason: "undecodable forget-abort record",
+		},
+		{
+			name: "segment of format version 1",
+			damage: func(t *testing.T, segs []string) (string, int64) {
+				rewrite(t, segs[0], func(b []byte) []byte {
+					binary.LittleEndian.PutUint32(b[8:12], 1)
+					binary.LittleEndian.PutUint32(b[20:24], crc32.Checksum(b[:20], castagnoli))
+					return b
+				})
+				return segs[0], 0
+			},
+			reason: "unknown format version 1",
 		},
 		{
 			name: "record of an unknown type with a good checksum, at the tail",

@@ -194,7 +194,7 @@ func (tr *tracker) delegation(ctx context.Context, l *Log, participant string) e
 // acknowledged: every acknowledged record not (about to be) forgotten or
 // cleared is there, nothing is there that was not written, and no id has
 // both a commit and an abort record.
-func (tr *tracker) check(t *testing.T, dir string, s snapshot) map[string]string {
+func (tr *tracker) check(t *testing.T, dir string, s snapshot) (map[string]string, map[string]bool) {
 	t.Helper()
 	l, err := Open(dir, Options{NoSync: true})
 	if err != nil {
@@ -276,7 +276,7 @@ func (tr *tracker) check(t *testing.T, dir string, s snapshot) map[string]string
 			t.Fatalf("crash at %s: acknowledged delegation to %s lost", s.what, p)
 		}
 	}
-	return got
+	return got, gotA
 }
 
 // TestCrashTruncation copies the log while concurrent writers append, then
@@ -328,6 +328,12 @@ func TestCrashTruncation(t *testing.T) {
 				}
 				if i%3 == 0 {
 					if err := tr.forget(ctx, l, rec.ID); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				if i%4 == 0 {
+					if err := tr.abort(ctx, l, abortRec(50_000+w*1000+i)); err != nil {
 						t.Error(err)
 						return
 					}
@@ -385,7 +391,7 @@ func TestCrashTruncation(t *testing.T) {
 		// least that much.
 		synced := int64(headerSize)
 		for _, f := range fr {
-			if f.file == lastName && f.t == RecordCommit && s.acked[f.id] {
+			if f.file == lastName && (f.t == RecordCommit && s.acked[f.id] || f.t == RecordAbort && s.aAcked[f.id]) {
 				synced = max(synced, f.end)
 			}
 		}
@@ -425,10 +431,10 @@ func TestCrashTruncation(t *testing.T) {
 					t.Fatal(err)
 				}
 				what := fmt.Sprintf("%s, last segment cut at %d of %d (zeroed %v)", s.what, cut, len(b), zero)
-				got := tr.check(t, cp, snapshot{what: what, acked: s.acked, forgotten: s.forgotten})
+				got, gotA := tr.check(t, cp, snapshot{what: what, acked: s.acked, forgotten: s.forgotten, aAcked: s.aAcked})
 				opened++
 				// Exactly the records whose frames survive.
-				model := map[string]string{}
+				model, modelA := map[string]string{}, map[string]bool{}
 				for _, f := range fr {
 					if f.file == lastName && f.end > cut {
 						continue
@@ -438,10 +444,13 @@ func TestCrashTruncation(t *testing.T) {
 						model[f.id] = f.rec
 					case RecordForget:
 						delete(model, f.id)
+					case RecordAbort:
+						modelA[f.id] = true
 					}
 				}
-				if !maps.Equal(got, model) {
-					t.Fatalf("%s: recovered %d records, the surviving frames hold %d", what, len(got), len(model))
+				if !maps.Equal(got, model) || !maps.Equal(gotA, modelA) {
+					t.Fatalf("%s: recovered %d commit and %d abort records, the surviving frames hold %d and %d",
+						what, len(got), len(gotA), len(model), len(modelA))
 				}
 				os.RemoveAll(cp)
 			}

@@ -61,7 +61,16 @@ func TestFailStop(t *testing.T) {
 			})
 			var acked []xa.CommitRecord
 			var failErr error
+			var abortsAcked []xa.GlobalID
 			for i := 0; i < 20 && failErr == nil; i++ {
+				if i%3 == 2 {
+					if err := l.LogAbort(ctx, abortRec(i)); err != nil {
+						failErr = err
+					} else {
+						abortsAcked = append(abortsAcked, gid(i))
+					}
+					continue
+				}
 				rec := commitRec(gid(i), 2)
 				if err := l.LogCommit(ctx, rec); err != nil {
 					failErr = err
@@ -95,6 +104,18 @@ func TestFailStop(t *testing.T) {
 			if _, err := l.Heuristics(ctx); !errors.Is(err, ErrFailed) {
 				t.Errorf("Heuristics after the fault: %v", err)
 			}
+			if err := l.LogAbort(ctx, abortRec(100)); !errors.Is(err, ErrFailed) {
+				t.Errorf("LogAbort after the fault: %v", err)
+			}
+			if _, _, err := l.LookupAbort(ctx, gid(0)); !errors.Is(err, ErrFailed) {
+				t.Errorf("LookupAbort after the fault: %v", err)
+			}
+			if err := l.LogDelegation(ctx, "maria"); !errors.Is(err, ErrFailed) {
+				t.Errorf("LogDelegation after the fault: %v", err)
+			}
+			if err := l.ForgetAbort(ctx, gid(0)); !errors.Is(err, ErrFailed) {
+				t.Errorf("ForgetAbort after the fault: %v", err)
+			}
 			if err := l.Close(); !errors.Is(err, ErrFailed) {
 				t.Errorf("Close after the fault: %v, want the failure", err)
 			}
@@ -107,6 +128,11 @@ func TestFailStop(t *testing.T) {
 			for _, rec := range acked {
 				if got, ok, err := l.Lookup(ctx, rec.ID); err != nil || !ok || enc(t, got) != enc(t, rec) {
 					t.Errorf("acknowledged record %v lost after the fault: %v %v", rec.ID, ok, err)
+				}
+			}
+			for _, id := range abortsAcked {
+				if _, ok, err := l.LookupAbort(ctx, id); err != nil || !ok {
+					t.Errorf("acknowledged abort record %v lost after the fault: %v %v", id, ok, err)
 				}
 			}
 		})
