@@ -3,8 +3,8 @@ package filelog
 import (
 	"context"
 	"encoding/binary"
-	"hash/crc32"
 	"errors"
+	"hash/crc32"
 	"maps"
 	"os"
 	"path/filepath"
