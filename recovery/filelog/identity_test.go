@@ -238,9 +238,10 @@ func TestCreateCrash(t *testing.T) {
 		// Not a log yet: Create finishes the job.
 		other := testIdent
 		other.ID = 77
+		openErr := err
 		l, err = Create(cp, other, Options{NoSync: true})
 		if err != nil {
-			t.Fatalf("%s: Open said %v, and Create failed: %v", what, err, err)
+			t.Fatalf("%s: Open said %v, and Create failed: %v", what, openErr, err)
 		}
 		mustClose(t, l)
 		if l, err = Open(cp, Options{NoSync: true}); err != nil || l.Identity().ID != 77 {
