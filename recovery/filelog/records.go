@@ -105,7 +105,8 @@ func (l *Log) LogDelegation(ctx context.Context, participant string) error {
 
 // LogHeuristic appends h and returns once it is durable, like LogCommit.
 // The record is kept, across compaction and restarts, until ClearHeuristic
-// names its participant and XID.
+// names its participant and XID. A record equal in every field to one kept
+// already is kept once (replay cannot tell it from a compaction copy).
 func (l *Log) LogHeuristic(ctx context.Context, h xa.HeuristicRecord) error {
 	payload, err := h.MarshalBinary()
 	if err != nil {
