@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadb/xa/internal/config"
+	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/recovery/filelog"
 	"github.com/xadb/xa/xa"
 )
@@ -47,7 +49,8 @@ against this machine's, and the oldest prepared branch (ours and other
 applications'), each with the fix when something is wrong. Then the decision
 log: its identity (id, node, creation time, timeout, grace), intact or not,
 in use, the participants it delegated decisions to, and the heuristic
-records an operator has yet to clear.
+records an operator has yet to clear. Last, what recovery would do with the
+branches of ours (xactl list shows each), by verdict, with a reason.
 
 The log is read without being taken. Exit code 1 when a check fails (a
 warning does not fail).`,
@@ -78,6 +81,9 @@ warning does not fail).`,
 				add("participant "+pc.Name, doctorParticipant(ctx, pc, grace, g))
 			}
 			add("decision log", logFindings)
+			if ident.ID != 0 {
+				add("recovery", doctorPlan(ctx, c, g))
+			}
 			err = g.out.result(v, func(w io.Writer) {
 				for i, sub := range v.Results {
 					if i > 0 {
@@ -289,4 +295,70 @@ func doctorLog(ctx context.Context, c *config.Config, g *globals) ([]xa.Finding,
 		u.Value = "yes: a transaction manager has it open"
 	}
 	return append(fs, u), ident
+}
+
+// verdictAdvice says, per verdict of a branch of ours, how worrying it is
+// and what to do; verdicts not listed are not reported.
+var verdictAdvice = []struct {
+	v   recovery.Verdict
+	sev xa.Severity
+	fix string
+}{
+	{recovery.Commit, xa.SeverityWarn, "a commit decision waits to be carried out: is the transaction manager's recovery running? xactl recover does it"},
+	{recovery.Rollback, xa.SeverityWarn, "presumed abort is due: is the transaction manager's recovery running? xactl recover does it"},
+	{recovery.Wait, xa.SeverityOK, ""},
+	{recovery.OtherLog, xa.SeverityWarn, "their decisions are in another decision log: recover them with it (xactl --log-dir)"},
+	{recovery.Predates, xa.SeverityWarn, "they began before this log was created: their decisions are in an earlier log; recover them with it"},
+	{recovery.Blocked, xa.SeverityWarn, "configure the participants the log delegated decisions to, with their decision_table"},
+	{recovery.Anomaly, xa.SeverityWarn, "a commit record does not list the branch: investigate before resolving it by hand"},
+}
+
+// doctorPlan reports what recovery would do with the branches of ours, by
+// verdict, with the first reason of each.
+func doctorPlan(ctx context.Context, c *config.Config, g *globals) []xa.Finding {
+	fail := func(err error) []xa.Finding {
+		return []xa.Finding{{Name: "plan", Value: err.Error(), Severity: xa.SeverityFail, Fix: "see the decision log's findings"}}
+	}
+	cc := *c
+	cc.Node = "" // a node that is not the log's is the identity finding's
+	logger := g.logger()
+	log, err := openDecisionLog(&cc, readOnly, logger)
+	if err != nil {
+		return fail(err)
+	}
+	defer log.Close()
+	ps := openParticipants(ctx, &cc, logger)
+	defer ps.Close()
+	sc, err := newScanner(&cc, ps, log, logger)
+	if err != nil {
+		return fail(err)
+	}
+	rep, err := sc.Plan(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	var fs []xa.Finding
+	for _, a := range verdictAdvice {
+		n, example := 0, ""
+		for _, b := range rep.Branches {
+			if b.Verdict != a.v {
+				continue
+			}
+			n++
+			if example == "" {
+				v := viewBranch(b, sc.Grace(), nil)
+				example = fmt.Sprintf("%s on %s: %s", v.XID, v.Participant, v.Action)
+				if v.Reason != "" {
+					example += " (" + v.Reason + ")"
+				}
+			}
+		}
+		if n > 0 {
+			fs = append(fs, xa.Finding{Name: "branches: " + a.v.String(), Value: fmt.Sprintf("%d; e.g. %s", n, example), Severity: a.sev, Fix: a.fix})
+		}
+	}
+	if len(fs) == 0 {
+		fs = append(fs, xa.Finding{Name: "branches of ours", Value: "none prepared on " + strings.Join(rep.Participants, ", "), Severity: xa.SeverityOK})
+	}
+	return fs
 }

@@ -68,6 +68,21 @@ func TestListVerdicts(t *testing.T) {
 	e.runWith(cfg, "list").want(t, 3).stdoutHas(t, "none: belongs to log "+other.String(), "none: older than this log",
 		"none: its XID names no decision log", "anomaly: not in its commit record", "recover it with that log", "8 branches of ours in doubt")
 
+	// doctor says the same, by verdict, with a reason.
+	var d doctorJSON
+	e.runWith(cfg, "doctor", "-o", "json").json(t, &d)
+	plan := doctorFindings(d, "recovery")
+	for check, want := range map[string]string{
+		"branches: other-log":    "belongs to decision log " + other.String(),
+		"branches: predates-log": "before this log was created",
+		"branches: anomaly":      "does not list this branch",
+		"branches: commit":       "1; e.g. ",
+	} {
+		if f, ok := plan[check]; !ok || !strings.Contains(f.Value, want) || f.Severity != "warn" || f.Fix == "" {
+			t.Errorf("doctor's %q: %+v, want a warning with %q and a fix (all: %+v)", check, f, want, plan)
+		}
+	}
+
 	// recover commits the one branch it may and leaves the others alone:
 	// still exit 3.
 	e.runWith(cfg, "recover").want(t, 3)
@@ -127,4 +142,27 @@ func TestBlocked(t *testing.T) {
 	if !failed {
 		t.Errorf("doctor does not fail the delegation to an unconfigured participant: %+v", d.Results)
 	}
+	if f := doctorFindings(d, "recovery")["branches: blocked"]; !strings.HasPrefix(f.Value, "2; e.g. ") || !strings.Contains(f.Value, `"ledger"`) {
+		t.Errorf("doctor's plan: %+v, want the two blocked branches, naming ledger", f)
+	}
+}
+
+type findingJSON struct {
+	Check    string `json:"check"`
+	Value    string `json:"value"`
+	Severity string `json:"severity"`
+	Fix      string `json:"fix"`
+}
+
+// doctorFindings returns doctor's findings about subject, by check.
+func doctorFindings(d doctorJSON, subject string) map[string]findingJSON {
+	out := map[string]findingJSON{}
+	for _, res := range d.Results {
+		if res.Subject == subject {
+			for _, f := range res.Findings {
+				out[f.Check] = findingJSON(f)
+			}
+		}
+	}
+	return out
 }
