@@ -80,7 +80,10 @@ type RecoveryLog interface {
 	// Aborts returns every abort record not yet forgotten, oldest first.
 	Aborts(ctx context.Context) ([]AbortRecord, error)
 	// ForgetAbort drops the abort record of id. Recovery calls it once no
-	// branch of id is left and the record is older than AbortRetention.
+	// branch of id is left and the record is older than AbortRetention. The
+	// log judges the age by its own clock (which stamped the record) and
+	// refuses, keeping the record, while it is younger: a recovery process
+	// whose clock runs ahead cannot shorten the fence's life.
 	ForgetAbort(ctx context.Context, id GlobalID) error
 
 	// Delegations returns the participants whose decision tables may hold
