@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -445,4 +447,145 @@ func TestLastResourceTakesTheDecision(t *testing.T) {
 		}
 	}
 	r.noPrepared()
+}
+
+// A database that rolls a decided branch back in phase 2 makes a heuristic
+// outcome: reported as such (never "committed"), recorded in the log, the
+// commit record kept for recovery.
+func TestHeuristicRollbackInPhase2(t *testing.T) {
+	r := newRig(t, 2, xa.Config{})
+	r.fault(memrm.OpCommit, 1, memrm.Heuristic)
+	ctx := context.Background()
+	res, err := r.mgr.Run(ctx, func(ctx context.Context, tx *xa.Tx) error {
+		if err := r.put(tx, 0, 1, 10); err != nil {
+			return err
+		}
+		return r.put(tx, 1, 1, 20)
+	})
+	var he *xa.HeuristicError
+	if !errors.As(err, &he) || !errors.Is(err, xa.ErrHeuristic) || res.Committed || errors.Is(err, xa.ErrAborted) {
+		t.Fatalf("Run = %+v, %v; want a heuristic outcome", res, err)
+	}
+	if len(he.RolledBack) != 1 || he.RolledBack[0] != "rm1" {
+		t.Fatalf("rolled back by %v, want rm1", he.RolledBack)
+	}
+	if _, ok := r.row(0, 1); !ok {
+		t.Fatal("rm0 did not commit")
+	}
+	if _, ok := r.row(1, 1); ok {
+		t.Fatal("rm1 committed: the fault did not roll it back")
+	}
+	hs, _ := r.log.Heuristics(ctx)
+	if len(hs) != 1 || hs[0].RM != "rm1" || hs[0].Action != xa.OutcomeRollback {
+		t.Fatalf("heuristic records %+v, want rm1's rollback", hs)
+	}
+	if r.records() != 1 {
+		t.Fatalf("%d commit records left, want 1 (kept, not forgotten)", r.records())
+	}
+}
+
+// fn calling tx.Commit and then failing: Run reports what Commit did, not
+// an abort.
+func TestRunAfterCommitInFn(t *testing.T) {
+	r := newRig(t, 2, xa.Config{})
+	ctx := context.Background()
+	errLater := errors.New("fn failed after committing")
+	res, err := r.mgr.Run(ctx, func(ctx context.Context, tx *xa.Tx) error {
+		if err := r.put(tx, 0, 1, 10); err != nil {
+			return err
+		}
+		if err := r.put(tx, 1, 1, 20); err != nil {
+			return err
+		}
+		if _, err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		return errLater
+	})
+	if !res.Committed || errors.Is(err, xa.ErrAborted) || !errors.Is(err, errLater) {
+		t.Fatalf("Run = %+v, %v; want committed, with fn's error, not aborted", res, err)
+	}
+	if _, ok := r.row(0, 1); !ok {
+		t.Fatal("not committed")
+	}
+}
+
+// Wait whose context ends first leaves no goroutine behind.
+func TestWaitDoesNotLeak(t *testing.T) {
+	r := newRig(t, 2, xa.Config{AsyncCommit: true, Phase2Timeout: 2 * time.Second})
+	r.fault(memrm.OpCommit, 1, memrm.Hang) // phase 2 hangs until its attempt times out
+	ctx := context.Background()
+	if _, err := r.mgr.Run(ctx, func(ctx context.Context, tx *xa.Tx) error {
+		if err := r.put(tx, 0, 1, 10); err != nil {
+			return err
+		}
+		return r.put(tx, 1, 1, 20)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	for i := 0; i < 100; i++ {
+		wctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := r.mgr.Wait(wctx); err == nil {
+			t.Fatal("Wait returned nil with phase 2 still running")
+		}
+	}
+	if after := runtime.NumGoroutine(); after > before+5 {
+		t.Fatalf("%d goroutines after 100 abandoned Waits, %d before", after, before)
+	}
+	r.fault(memrm.OpCommit, 1, memrm.OK)
+	r.fault(memrm.OpCommitRM, 1, memrm.OK)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := r.mgr.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// NewManager checks the manager against its log's identity.
+func TestNewManagerChecksTheLog(t *testing.T) {
+	ident, err := xa.NewLogIdentity("n1", 10*time.Second, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := memrm.NewLogFor(ident)
+	for _, c := range []struct {
+		cfg  xa.Config
+		want string
+	}{
+		{xa.Config{Node: "n2", Log: log}, `belongs to node "n1"`},
+		{xa.Config{Node: "n1", Log: log, Timeout: 20 * time.Second}, "exceeds the timeout"},
+		{xa.Config{Node: "n1", Log: log, Phase2Timeout: time.Hour}, "shorter than the timeout plus the phase-2 retry budget"},
+	} {
+		if _, err := xa.NewManager(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewManager(%+v) = %v, want an error saying %q", c.cfg, err, c.want)
+		}
+	}
+	m, err := xa.NewManager(xa.Config{Node: "n1", Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Timeout() != 10*time.Second || m.GracePeriod() != ident.Grace || m.LogID() != ident.ID {
+		t.Fatalf("manager takes timeout %v, grace %v, log %v; want the log's", m.Timeout(), m.GracePeriod(), m.LogID())
+	}
+}
+
+// Every branch XID names the manager's log.
+func TestBranchesNameTheLog(t *testing.T) {
+	r := newRig(t, 1, xa.Config{})
+	ctx := context.Background()
+	tx, err := r.mgr.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.put(tx, 0, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := tx.Enlist(ctx, r.rms[0])
+	ref, ok := xa.ParseOwned(s.(*memrm.Branch).XID())
+	if !ok || ref.Log != r.log.Identity().ID || ref.ID != tx.ID() {
+		t.Fatalf("branch XID says %+v, %v; want the log %v", ref, ok, r.log.Identity().ID)
+	}
+	tx.Rollback(ctx) //nolint:errcheck
 }

@@ -57,6 +57,10 @@ const (
 	Hang
 	// Dead: the caller's process is gone: no effect, an error.
 	Dead
+	// Heuristic: a phase-2 commit finds that the database rolled the
+	// branch back by itself (a heuristic decision): the branch is rolled
+	// back and the caller gets ErrRolledBack.
+	Heuristic
 )
 
 // Injector decides the fate of operation op on branch x. It may be called
@@ -288,6 +292,9 @@ func (rm *RM) finish(ctx context.Context, op Op, x xa.XID, commit bool) error {
 	if f == Refuse {
 		return rm.err(op, x, nil, "refused")
 	}
+	if f == Heuristic {
+		commit = false
+	}
 	rm.db.mu.Lock()
 	b, ok := rm.db.branches[x.String()]
 	if ok && !b.prepared {
@@ -304,6 +311,8 @@ func (rm *RM) finish(ctx context.Context, op Op, x xa.XID, commit bool) error {
 	}
 	rm.db.mu.Unlock()
 	switch {
+	case f == Heuristic:
+		return rm.err(op, x, xa.ErrRolledBack, "the database rolled the branch back (heuristic)")
 	case f == LoseReply:
 		return rm.err(op, x, xa.ErrOutcomeUnknown, "reply lost")
 	case !ok && commit:
@@ -552,3 +561,6 @@ func (b *Branch) Close() error {
 
 // String describes the branch.
 func (b *Branch) String() string { return fmt.Sprintf("%s/%s", b.rm.name, b.xid) }
+
+// XID returns the branch's XID.
+func (b *Branch) XID() xa.XID { return b.xid }
