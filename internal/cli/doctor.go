@@ -347,10 +347,11 @@ func doctorPlan(ctx context.Context, c *config.Config, g *globals) []xa.Finding 
 			n++
 			if example == "" {
 				v := viewBranch(b, sc.Grace(), nil)
-				example = fmt.Sprintf("%s on %s: %s", v.XID, v.Participant, v.Action)
-				if v.Reason != "" {
-					example += " (" + v.Reason + ")"
+				why := v.Reason
+				if why == "" {
+					why = v.Action
 				}
+				example = fmt.Sprintf("%s on %s: %s", v.XID, v.Participant, why)
 			}
 		}
 		if n > 0 {

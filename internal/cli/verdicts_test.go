@@ -72,14 +72,20 @@ func TestListVerdicts(t *testing.T) {
 	var d doctorJSON
 	e.runWith(cfg, "doctor", "-o", "json").json(t, &d)
 	plan := doctorFindings(d, "recovery")
-	for check, want := range map[string]string{
-		"branches: other-log":    "belongs to decision log " + other.String(),
-		"branches: predates-log": "before this log was created",
-		"branches: anomaly":      "does not list this branch",
-		"branches: commit":       "1; e.g. ",
+	for check, want := range map[string][]string{
+		"branches: other-log":    {"4; e.g. ", "decision log"}, // another log's, or none
+		"branches: predates-log": {"2; e.g. ", "before this log was created"},
+		"branches: anomaly":      {"1; e.g. ", "does not list this branch"},
+		"branches: commit":       {"1; e.g. "},
 	} {
-		if f, ok := plan[check]; !ok || !strings.Contains(f.Value, want) || f.Severity != "warn" || f.Fix == "" {
-			t.Errorf("doctor's %q: %+v, want a warning with %q and a fix (all: %+v)", check, f, want, plan)
+		f, ok := plan[check]
+		if !ok || f.Severity != "warn" || f.Fix == "" {
+			t.Errorf("doctor's %q: %+v, want a warning with a fix (all: %+v)", check, f, plan)
+		}
+		for _, w := range want {
+			if !strings.Contains(f.Value, w) {
+				t.Errorf("doctor's %q: %q lacks %q", check, f.Value, w)
+			}
 		}
 	}
 
