@@ -212,7 +212,7 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 		}
 	}
 	if res.Contradiction != "" && !opts.Force {
-		return res, fmt.Errorf("%w: refusing to %s %s: %s", ErrContradiction, action, x, res.Contradiction)
+		return res, fmt.Errorf("%w: refusing to %s %s: %s", ErrContradiction, verb(action), x, res.Contradiction)
 	}
 
 	// A rollback of an undecided branch of ours is a presumed abort: fence.
@@ -237,7 +237,7 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 		err = h.rm.Rollback(ctx, x, from)
 	}
 	if err != nil {
-		return res, fmt.Errorf("%s %s on %s: %w", action, x, res.Participant, err)
+		return res, fmt.Errorf("%s %s on %s: %w", verb(action), x, res.Participant, err)
 	}
 	res.Done = true
 	if res.Contradiction != "" {
@@ -269,6 +269,14 @@ func (st *scanState) sharesServer(s *Scanner, rm xa.ResourceManager, name string
 	ka, err1 := a.ServerKey(ctx)
 	kb, err2 := b.ServerKey(ctx)
 	return err1 == nil && err2 == nil && ka != "" && ka == kb
+}
+
+// verb names an action for messages.
+func verb(o xa.Outcome) string {
+	if o == xa.OutcomeRollback {
+		return "roll back"
+	}
+	return "commit"
 }
 
 func logName(id xa.LogID) string {

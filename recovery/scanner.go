@@ -239,6 +239,9 @@ type Branch struct {
 type Report struct {
 	// Participants that could be listed.
 	Participants []string
+	// Unlisted: configured participants that could not be listed, and
+	// why. Nothing is known about their branches.
+	Unlisted map[string]error
 	Branches     []Branch
 	// Forgotten records: every branch of them is resolved.
 	Forgotten []xa.GlobalID
@@ -394,7 +397,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		case st.stores[d.Participant] == nil:
 			why = append(why, s.undelegated(d.Participant))
 		case unread[d.Participant]:
-			why = append(why, fmt.Sprintf("the decisions stored in participant %q could not be read", d.Participant))
+			why = append(why, fmt.Sprintf("the decision may be in participant %q's decision table, which could not be read", d.Participant))
 		}
 	}
 	st.blocked = strings.Join(why, "; ")
@@ -453,6 +456,12 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		}
 		if lister == nil {
 			rep.Errors = append(rep.Errors, errs...)
+			if rep.Unlisted == nil {
+				rep.Unlisted = map[string]error{}
+			}
+			for i, rm := range sv.members {
+				rep.Unlisted[rm.Name()] = errs[i]
+			}
 			continue
 		}
 		answered[sv] = true
@@ -606,9 +615,9 @@ func (s *Scanner) forgetAborts(ctx context.Context, rep *Report, st *scanState, 
 // undelegated says why a store the log delegated to cannot be read.
 func (s *Scanner) undelegated(name string) string {
 	if err := s.cfg.Unreachable[name]; err != nil {
-		return fmt.Sprintf("the log delegated decisions to participant %q, which could not be opened: %v", name, err)
+		return fmt.Sprintf("the decision may be in participant %q's decision table (the log delegated decisions to it), which could not be opened: %v", name, err)
 	}
-	return fmt.Sprintf("the log delegated decisions to participant %q, which is not configured with its decision table", name)
+	return fmt.Sprintf("the decision may be in participant %q's decision table (the log delegated decisions to it), which is not configured", name)
 }
 
 func (s *Scanner) participant(name string) xa.ResourceManager {

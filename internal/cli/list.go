@@ -140,13 +140,8 @@ func unlisted(ps *participants, rep recovery.Report) []unlistedView {
 		v := unlistedView{Participant: name, Error: "could not be listed (see the errors)"}
 		if err := ps.unreachable[name]; err != nil {
 			v.Error = "could not be opened: " + err.Error()
-		} else {
-			for _, err := range explainAll(rep.Errors) {
-				if strings.Contains(err.Error(), fmt.Sprintf("listing %s:", name)) || strings.Contains(err.Error(), fmt.Sprintf("participant %q", name)) {
-					v.Error = "could not be listed: " + err.Error()
-					break
-				}
-			}
+		} else if err := rep.Unlisted[name]; err != nil {
+			v.Error = "could not be listed: " + explainAll([]error{err})[0].Error()
 		}
 		out = append(out, v)
 	}
