@@ -242,7 +242,7 @@ type Report struct {
 	// Unlisted: configured participants that could not be listed, and
 	// why. Nothing is known about their branches.
 	Unlisted map[string]error
-	Branches     []Branch
+	Branches []Branch
 	// Forgotten records: every branch of them is resolved.
 	Forgotten []xa.GlobalID
 	// Kept records that could have been forgotten but for a reason
