@@ -7,7 +7,7 @@
 //	m := metrics.New(reg)
 //	xa.NewManager(xa.Config{Observer: m, ...})
 //	filelog.Open(dir, filelog.Options{OnSync: m.LogSynced})
-//	scanner.Run(ctx, interval, m.ObserveScan)
+//	first, stop, err := scanner.Start(ctx, interval, m.ObserveScan)
 package metrics
 
 import (

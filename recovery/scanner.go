@@ -855,21 +855,3 @@ func (s *Scanner) Start(ctx context.Context, interval time.Duration, report func
 	}()
 	return first, func() { cancel(); <-done }, err
 }
-
-// Run scans now and then every interval until ctx ends. Each report is
-// passed to report (which may be nil).
-func (s *Scanner) Run(ctx context.Context, interval time.Duration, report func(Report, error)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		rep, err := s.Scan(ctx)
-		if report != nil {
-			report(rep, err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}

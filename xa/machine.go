@@ -3,7 +3,6 @@ package xa
 import (
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // This file is the two-phase commit protocol as a pure state machine, in
@@ -735,89 +734,4 @@ func (m *machine) finish(res outcome) []action {
 	m.phase = phaseDone
 	m.result = &res
 	return []action{actFinish{res: res}}
-}
-
-// String renders actions for traces and golden files.
-func formatActions(m *machine, acts []action) string {
-	var b strings.Builder
-	for _, a := range acts {
-		switch a := a.(type) {
-		case actPrepare:
-			fmt.Fprintf(&b, "prepare %s\n", m.branches[a.i].rm)
-		case actOnePhase:
-			fmt.Fprintf(&b, "commit-one-phase %s\n", m.branches[a.i].rm)
-		case actLog:
-			fmt.Fprintf(&b, "log-commit %s\n", m.names(a.branches))
-		case actCommitLast:
-			fmt.Fprintf(&b, "commit-last %s deciding for %s\n", m.branches[a.i].rm, m.names(a.branches))
-		case actCommit:
-			fmt.Fprintf(&b, "commit %s attempt=%d%s\n", m.branches[a.i].rm, a.attempt, via(a.viaRM))
-		case actRollback:
-			fmt.Fprintf(&b, "rollback %s attempt=%d%s\n", m.branches[a.i].rm, a.attempt, via(a.viaRM))
-		case actRelease:
-			fmt.Fprintf(&b, "release %s\n", m.branches[a.i].rm)
-		case actForget:
-			b.WriteString("forget\n")
-		case actLookupAbort:
-			fmt.Fprintf(&b, "lookup-abort for %s\n", m.branches[a.i].rm)
-		case actLogHeuristic:
-			fmt.Fprintf(&b, "log-heuristic %s\n", m.branches[a.i].rm)
-		case actFinish:
-			fmt.Fprintf(&b, "finish %s\n", formatOutcome(m, a.res))
-		}
-	}
-	return b.String()
-}
-
-func (m *machine) names(is []int) string {
-	names := make([]string, len(is))
-	for j, i := range is {
-		names[j] = m.branches[i].rm
-	}
-	return strings.Join(names, ",")
-}
-
-func via(rm bool) string {
-	if rm {
-		return " via=rm"
-	}
-	return ""
-}
-
-func formatOutcome(m *machine, o outcome) string {
-	var b strings.Builder
-	var ae *AbortError
-	var he *HeuristicError
-	switch {
-	case o.committed:
-		b.WriteString("committed")
-	case errors.As(o.err, &ae):
-		b.WriteString("aborted")
-	case errors.As(o.err, &he):
-		fmt.Fprintf(&b, "heuristic rolled-back=%s", strings.Join(he.RolledBack, ","))
-	case OutcomeUnknown(o.err):
-		b.WriteString("outcome-unknown")
-	default:
-		b.WriteString("error")
-	}
-	if o.onePhase {
-		b.WriteString(" one-phase")
-	}
-	if o.logged {
-		b.WriteString(" logged")
-	}
-	if len(o.pending) > 0 {
-		names := make([]string, len(o.pending))
-		for j, i := range o.pending {
-			names[j] = m.branches[i].rm
-		}
-		fmt.Fprintf(&b, " pending=%s", strings.Join(names, ","))
-	}
-	if ae != nil {
-		if ae.RM != "" {
-			fmt.Fprintf(&b, " by=%s", ae.RM)
-		}
-		fmt.Fprintf(&b, " reason=%q", ae.Reason.Error())
-	}
-	return b.String()
 }

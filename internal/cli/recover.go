@@ -132,7 +132,7 @@ there may be in doubt); 1 when a participant could not be listed.`,
 				fmt.Fprintf(g.stderr, "metrics on http://%s/metrics\n", ln.Addr())
 			}
 			fmt.Fprintf(g.stderr, "recovering every %s; Ctrl-C to stop\n", interval)
-			sc.Run(ctx, interval, func(rep recovery.Report, err error) {
+			_, stop, _ := sc.Start(ctx, interval, func(rep recovery.Report, err error) {
 				m.ObserveScan(rep, err)
 				if err != nil {
 					fmt.Fprintln(g.stderr, "scan:", err)
@@ -147,6 +147,10 @@ there may be in doubt); 1 when a participant could not be listed.`,
 					g.out.errors(v.Errors)
 				}
 			})
+			// The first scan's error was reported like the others; the
+			// watch goes on until interrupted.
+			<-ctx.Done()
+			stop()
 			return nil
 		},
 	}

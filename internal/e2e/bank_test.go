@@ -51,12 +51,8 @@ func testBankInvariant(t *testing.T, last bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scanCtx, stopScan := context.WithCancel(ctx)
 	var scans, recovered atomic.Int64
-	scanDone := make(chan struct{})
-	go func() {
-		defer close(scanDone)
-		sc.Run(scanCtx, 50*time.Millisecond, func(rep recovery.Report, err error) {
+	_, stopScan, err := sc.Start(ctx, 50*time.Millisecond, func(rep recovery.Report, err error) {
 			scans.Add(1)
 			for _, br := range rep.Branches {
 				switch {
@@ -69,7 +65,9 @@ func testBankInvariant(t *testing.T, last bool) {
 				}
 			}
 		})
-	}()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	const workers, perWorker = 16, 40
 	var mu sync.Mutex
@@ -81,7 +79,9 @@ func testBankInvariant(t *testing.T, last bool) {
 		go func(w int) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(7, uint64(w)))
-			for i := 0; i < perWorker; i++ {
+			// Go on until the scanner has run beside the workload a few
+			// times, however fast the transfers are.
+			for i := 0; i < perWorker || scans.Load() < 4 && i < 20*perWorker; i++ {
 				tr := bank.Random(r, b.accounts)
 				poison := r.IntN(8) == 0
 				res, err := mgr.Run(ctx, func(ctx context.Context, tx *xa.Tx) error {
@@ -112,7 +112,6 @@ func testBankInvariant(t *testing.T, last bool) {
 	}
 	wg.Wait()
 	stopScan()
-	<-scanDone
 	t.Logf("%d committed, %d poisoned, %d aborted, %d other errors, %d scans (%d logged branches committed alongside the coordinator)",
 		len(committed), poisoned.Load(), aborted.Load(), otherErr.Load(), scans.Load(), recovered.Load())
 	if poisoned.Load() == 0 || len(committed) < workers*perWorker/2 {
