@@ -53,18 +53,18 @@ func testBankInvariant(t *testing.T, last bool) {
 	}
 	var scans, recovered atomic.Int64
 	_, stopScan, err := sc.Start(ctx, 50*time.Millisecond, func(rep recovery.Report, err error) {
-			scans.Add(1)
-			for _, br := range rep.Branches {
-				switch {
-				case br.Done && br.Verdict == recovery.Rollback:
-					t.Errorf("the scanner rolled back %s of a live transaction", br.Prepared.XID)
-				case br.Done:
-					// Committing a logged decision next to its live
-					// coordinator is harmless: both drive it to commit.
-					recovered.Add(1)
-				}
+		scans.Add(1)
+		for _, br := range rep.Branches {
+			switch {
+			case br.Done && br.Verdict == recovery.Rollback:
+				t.Errorf("the scanner rolled back %s of a live transaction", br.Prepared.XID)
+			case br.Done:
+				// Committing a logged decision next to its live
+				// coordinator is harmless: both drive it to commit.
+				recovered.Add(1)
 			}
-		})
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
