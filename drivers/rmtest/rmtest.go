@@ -1,6 +1,6 @@
 // Package rmtest is the conformance suite every resource manager passes
 // against a real database: the xa.ResourceManager and xa.Branch contracts,
-// and the facts of ../shared/docs/xa-facts.md that both databases share.
+// and the facts of docs/xa-facts.md that both databases share.
 // Database-specific facts are tested in each driver's own package.
 //
 // A driver's test calls Run with a Target that knows how to open the
