@@ -20,8 +20,7 @@
 // It never touches another application's branches. It is idempotent and
 // safe to run while transaction managers run and while other scanners run.
 //
-// The decision logs are in sub-packages: filelog (embedded, the default)
-// and pebblelog (for comparison).
+// The decision log is in a sub-package: filelog (embedded, the default).
 //
 // Caller's duties:
 //

@@ -1,6 +1,7 @@
 // Command xactl inspects and resolves in-doubt XA transactions of the xa
-// transaction manager, checks participants, reads the decision log, and
-// runs the demo and the benchmark. See xactl --help.
+// transaction manager, checks participants, and creates, reads and checks
+// the decision log. See xactl --help. The demo and the benchmark are in
+// xalab (cmd/xalab).
 package main
 
 import (

@@ -94,3 +94,19 @@ func TestHelpShowsConfigExample(t *testing.T) {
 		}
 	}
 }
+
+// TestOperatorCommandsOnly: xactl is the operator's tool; the demo, the
+// benchmark and the demo's self-killing coordinator are xalab's. Its help
+// does not mention them and it does not know them.
+func TestOperatorCommandsOnly(t *testing.T) {
+	t.Parallel()
+	r := xactl(t, "--help").want(t, 0)
+	for _, word := range []string{"demo", "bench", "worker"} {
+		if strings.Contains(strings.ToLower(r.stdout), word) {
+			t.Errorf("xactl --help mentions %q:\n%s", word, r.stdout)
+		}
+	}
+	for _, cmd := range []string{"demo", "bench", "bank-worker"} {
+		xactl(t, cmd).want(t, 2).stderrHas(t, "unknown command")
+	}
+}

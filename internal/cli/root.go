@@ -1,6 +1,10 @@
-// Package cli is xactl: the command-line tool to inspect and resolve
-// in-doubt transactions, check participants, read the decision log, run
-// the demo and the benchmark. cmd/xactl only calls Main.
+// Package cli is xactl, the operator's command-line tool: it inspects and
+// resolves in-doubt transactions, checks participants, and creates, reads
+// and checks the decision log. cmd/xactl only calls Main.
+//
+// It is product code: it imports no lab code (internal/lab: the demo, the
+// benchmark, crash injection, Pebble) and no test rig (internal/layout
+// enforces both). The lab runs xactl in process through MainContext.
 package cli
 
 import (
@@ -71,12 +75,13 @@ type globals struct {
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return mainContext(ctx, args, stdout, stderr)
+	return MainContext(ctx, args, stdout, stderr)
 }
 
-// mainContext is Main with a given context: ending ctx stops the command
-// as SIGINT does (tests run recover --watch with it).
-func mainContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// MainContext is Main with a given context and no signal handling of its
+// own: ending ctx stops the command as SIGINT does. Tests run recover
+// --watch with it, and xalab demo runs xactl in process with it.
+func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	g := &globals{stdout: stdout, stderr: stderr, getenv: os.Getenv}
 	root := newRoot(g)
 	root.SetArgs(args)
@@ -171,7 +176,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 in-doubt branches remain.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: ExitUsage, err: err} })
 
 	root.AddCommand(newList(g), newRecover(g), newResolve(g, true), newResolve(g, false),
-		newLog(g), newHeuristic(g), newDoctor(g), newDemo(g), newBench(g), newWorker(g), newVersion(g))
+		newLog(g), newHeuristic(g), newDoctor(g), newVersion(g))
 	usageArgs(root)
 	return root
 }

@@ -1,6 +1,6 @@
 // Package localdb runs throw-away MariaDB and PostgreSQL servers from the
 // local binaries, on free loopback ports, in temporary directories: for
-// tests (through internal/dbtest) and for xactl demo. PostgreSQL runs as
+// tests (through internal/dbtest) and for xalab demo and bench. PostgreSQL runs as
 // user postgres when the caller is root (it refuses to run as root).
 //
 // Every server of a process lives under one directory that a watchdog

@@ -1,8 +1,10 @@
-package cli
+package labcli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,16 +12,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/xadb/xa/internal/bank"
-	"github.com/xadb/xa/internal/config"
+	"github.com/xadb/xa/internal/cli"
+	"github.com/xadb/xa/internal/lab/bank"
 	"github.com/xadb/xa/internal/localdb"
-	"github.com/xadb/xa/recovery/filelog"
 	"github.com/xadb/xa/xa"
 )
 
@@ -28,6 +28,7 @@ import (
 const (
 	demoPhase2Attempts = 2
 	demoPhase2Timeout  = time.Second
+	demoNode           = "demo"
 )
 
 type demoOpts struct {
@@ -49,29 +50,35 @@ func newDemo(g *globals) *cobra.Command {
     --mysql-dsn/--postgres-dsn, or XA_MYSQL_DSN/XA_POSTGRES_DSN: it then
     recreates tables accounts and ledger in those databases);
  2. creates accounts in both databases;
- 3. runs concurrent transfers between them in a coordinator process, each
-    debiting one database and crediting the other in one global transaction;
+ 3. writes an xactl configuration for them, creates the decision log with
+    'xactl log init', and runs concurrent transfers between them in a
+    coordinator process, each debiting one database and crediting the other
+    in one global transaction;
  4. kills that process with SIGKILL right after a commit decision became
     durable and before any branch was told, so branches are left in doubt;
- 5. lists the in-doubt branches and recovers them from the decision log;
+    'xactl list' shows them;
+ 5. runs 'xactl recover' until it exits 0 and the decision log keeps no
+    commit record: it commits what was decided and rolls back the rest once
+    the grace period is over;
  6. checks with direct SQL that the total balance is unchanged, that every
     transfer reported committed is in both databases and none in only one,
     and that nothing is left prepared.
 
+xactl runs in this process (the operator's tool, as it is shipped), with
+the configuration file the demo wrote.
+
 Exit code 0 when every check passes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.mysqlDSN == "" {
-				o.mysqlDSN = g.getenv("XA_MYSQL_DSN")
-			}
-			if o.pgDSN == "" {
-				o.pgDSN = g.getenv("XA_POSTGRES_DSN")
-			}
-			if (o.mysqlDSN == "") != (o.pgDSN == "") {
-				return usageErr("give both --mysql-dsn and --postgres-dsn, or neither")
+			var err error
+			if o.mysqlDSN, o.pgDSN, err = g.dsns(o.mysqlDSN, o.pgDSN); err != nil {
+				return err
 			}
 			if o.accounts < 2 || o.workers < 1 || o.crashAfter < 1 {
 				return usageErr("--accounts >= 2, --workers >= 1, --crash-after >= 1")
+			}
+			if o.txTimeout <= 0 {
+				return usageErr("--tx-timeout must be positive")
 			}
 			return runDemo(cmd.Context(), g, o)
 		},
@@ -101,6 +108,7 @@ func (s *stepper) step(format string, args ...any) {
 }
 
 func (s *stepper) say(format string, args ...any) {
+	s.clear()
 	fmt.Fprintf(s.w, "      %s\n", fmt.Sprintf(format, args...))
 }
 
@@ -110,11 +118,33 @@ func (s *stepper) status(format string, args ...any) {
 	}
 }
 
-func (s *stepper) ok(format string, args ...any) {
+// clear removes the status line.
+func (s *stepper) clear() {
 	if s.tty {
 		fmt.Fprint(s.w, "\r\x1b[K")
 	}
+}
+
+func (s *stepper) ok(format string, args ...any) {
+	s.clear()
 	fmt.Fprintf(s.w, "      ok: %s (%s)\n", fmt.Sprintf(format, args...), time.Since(s.t0).Round(10*time.Millisecond))
+}
+
+// show prints what a command printed, indented under the step.
+func (s *stepper) show(r run) {
+	s.clear()
+	fmt.Fprintf(s.w, "      $ %s\n", r.line)
+	for _, text := range []string{r.stdout, r.stderr} {
+		for _, l := range strings.SplitAfter(text, "\n") {
+			if l == "" {
+				continue
+			}
+			if !strings.HasSuffix(l, "\n") {
+				l += "\n"
+			}
+			io.WriteString(s.w, "      "+l) //nolint:errcheck
+		}
+	}
 }
 
 func isTerminal(w io.Writer) bool {
@@ -124,6 +154,105 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// xactl runs the operator's tool in process (cli.MainContext) with the
+// demo's configuration file. The node, the log directory and the output
+// format are given as flags too, so that XACTL_* variables of the caller's
+// environment cannot point it elsewhere.
+type xactl struct {
+	config, logDir string
+}
+
+// run is one xactl command and what it did.
+type run struct {
+	line           string // as a person would type it
+	code           int
+	stdout, stderr string
+}
+
+func (r run) String() string {
+	return fmt.Sprintf("%s: exit %d\n%s%s", r.line, r.code, r.stdout, r.stderr)
+}
+
+func (x xactl) run(ctx context.Context, output string, args ...string) run {
+	line := "xactl " + strings.Join(args, " ")
+	if output != "table" {
+		line = "xactl -o " + output + " " + strings.Join(args, " ")
+	}
+	all := append([]string{"--config", x.config, "--node", demoNode, "--log-dir", x.logDir, "-o", output}, args...)
+	var stdout, stderr bytes.Buffer
+	code := cli.MainContext(ctx, all, &stdout, &stderr)
+	return run{line: line, code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// json runs an xactl command with --output json and decodes its result
+// into v.
+func (x xactl) json(ctx context.Context, v any, okCodes []int, args ...string) error {
+	r := x.run(ctx, "json", args...)
+	if !intsContain(okCodes, r.code) {
+		return fmt.Errorf("%s", r)
+	}
+	if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
+		return fmt.Errorf("%s: %w", r, err)
+	}
+	return nil
+}
+
+func intsContain(s []int, n int) bool {
+	for _, m := range s {
+		if m == n {
+			return true
+		}
+	}
+	return false
+}
+
+// writeConfig writes xactl.yaml in dir for the demo's two databases and
+// decision log.
+func writeConfig(dir, logDir, mysqlDSN, pgDSN string) (string, error) {
+	// JSON strings are YAML double-quoted scalars. xactl expands $VAR in a
+	// DSN: one with a $ of its own goes through a variable.
+	dsn := func(name, v string) string {
+		if strings.Contains(v, "$") {
+			os.Setenv(name, v) //nolint:errcheck
+			return "${" + name + "}"
+		}
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+	logJSON, _ := json.Marshal(logDir)
+	text := fmt.Sprintf(`# xactl's configuration for xalab demo
+node: %s
+log:
+  kind: file
+  dir: %s
+participants:
+  - name: %s
+    driver: mysql
+    dsn: %s
+  - name: %s
+    driver: postgres
+    dsn: %s
+`, demoNode, logJSON, bank.MySQLName, dsn("XALAB_DEMO_MYSQL_DSN", mysqlDSN), bank.PostgresName, dsn("XALAB_DEMO_POSTGRES_DSN", pgDSN))
+	path := filepath.Join(dir, "xactl.yaml")
+	return path, os.WriteFile(path, []byte(text), 0o600)
+}
+
+// listJSON is what the demo reads of 'xactl list -o json'.
+type listJSON struct {
+	Grace    string `json:"grace"`
+	Branches []struct {
+		Decision string `json:"decision"`
+	} `json:"branches"`
+	InDoubt int `json:"in_doubt"`
+}
+
+// dumpJSON is what the demo reads of 'xactl log dump --live -o json'.
+type dumpJSON struct {
+	Records []struct {
+		Type string `json:"type"`
+	} `json:"records"`
 }
 
 func runDemo(ctx context.Context, g *globals, o demoOpts) error {
@@ -159,25 +288,25 @@ func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 	want := int64(2 * o.accounts * bank.Initial)
 	s.ok("total balance over both databases: %d", want)
 
-	// 3. Transfers in a coordinator process that will be killed. Its
-	// decision log is created first: the grace covers the coordinator's
-	// timeout and its (short) phase-2 retry budget.
+	// 3. The decision log, made by xactl as an operator makes it, then
+	// transfers in a coordinator process that will be killed. The grace
+	// covers the coordinator's timeout and its (short) phase-2 retry
+	// budget.
 	logDir := filepath.Join(work, "decisions")
+	cfgPath, err := writeConfig(work, logDir, o.mysqlDSN, o.pgDSN)
+	if err != nil {
+		return err
+	}
+	x := xactl{config: cfgPath, logDir: logDir}
 	grace := o.txTimeout + xa.Phase2Budget(demoPhase2Attempts, demoPhase2Timeout, xa.DefaultRetryBackoff) + time.Second
-	ident, err := xa.NewLogIdentity("demo", o.txTimeout, grace, time.Now())
-	if err != nil {
-		return err
-	}
-	created, err := filelog.Create(logDir, ident, filelog.Options{Logger: g.logger()})
-	if err != nil {
-		return fmt.Errorf("creating the decision log: %w", err)
-	}
-	if err := created.Close(); err != nil {
-		return err
-	}
 	s.step("running transfers in a coordinator process (%d at a time)", o.workers)
-	s.say("decision log %s created for node demo: timeout %s, grace %s (the timeout plus phase-2 retries of %d x %s, and a second)",
-		ident.ID, ident.Timeout, ident.Grace, demoPhase2Attempts, demoPhase2Timeout)
+	s.say("xactl's configuration: %s (node %s, the decision log in %s, participants %s and %s)", cfgPath, demoNode, logDir, bank.MySQLName, bank.PostgresName)
+	r := x.run(ctx, "table", "log", "init", "--timeout", o.txTimeout.String(), "--grace", grace.String())
+	s.show(r)
+	if r.code != cli.ExitOK {
+		return fmt.Errorf("creating the decision log: %s", r)
+	}
+	s.say("the grace is the timeout plus the coordinator's phase-2 retries, %d x %s (smaller than the defaults, as the warning asks), and a second", demoPhase2Attempts, demoPhase2Timeout)
 	s.say("each transfer debits one database and credits the other, and writes a ledger row in both, in one global transaction")
 	committed, summary, err := runWorker(ctx, s, o, logDir)
 	if err != nil {
@@ -185,68 +314,72 @@ func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 	}
 	s.say("%s", summary)
 
-	// 4. What the crash left.
-	s.step("in-doubt branches left by the crash (as 'xactl list' shows them)")
-	cfg := &config.Config{Log: config.Log{Dir: logDir},
-		Participants: []config.Participant{
-			{Name: bank.MySQLName, Driver: "mysql", DSN: o.mysqlDSN},
-			{Name: bank.PostgresName, Driver: "postgres", DSN: o.pgDSN},
-		}}
-	cfg.Defaults()
-	ps := openParticipants(ctx, cfg, g.logger())
-	defer ps.Close()
-	if errs := ps.openErrors(); len(errs) > 0 {
-		return errors.Join(errs...)
+	// 4. What the crash left, as xactl shows it.
+	s.step("in-doubt branches left by the crash")
+	r = x.run(ctx, "table", "list")
+	s.show(r)
+	if r.code != cli.ExitInDoubt {
+		return fmt.Errorf("xactl list should have found in-doubt branches (exit %d), got exit %d", cli.ExitInDoubt, r.code)
 	}
-	decisions, err := openDecisionLog(cfg, forWriting, g.logger())
-	if err != nil {
-		return fmt.Errorf("reopening the decision log: %w", err)
-	}
-	defer decisions.Close()
-	sc, err := newScanner(cfg, ps, decisions, g.logger())
-	if err != nil {
+	var listed listJSON
+	if err := x.json(ctx, &listed, []int{cli.ExitInDoubt}, "list"); err != nil {
 		return err
 	}
-	plan, err := sc.Plan(ctx)
-	if err != nil {
-		return err
-	}
-	views := []branchView{}
 	logged := 0
-	for _, b := range plan.Branches {
-		views = append(views, viewBranch(b, sc.Grace(), nil))
-		if b.Logged {
+	for _, b := range listed.Branches {
+		if b.Decision == "commit" {
 			logged++
 		}
 	}
-	printIndented(g.stdout, views, plan.Participants, false)
-	s.say("%d prepared branch(es), %d of them with a durable commit decision; they hold row locks until resolved", len(plan.Branches), logged)
+	s.say("%d prepared branch(es), %d of them with a durable commit decision; they hold row locks until resolved", len(listed.Branches), logged)
 	if logged == 0 {
 		return errors.New("the crash left no branch with a logged commit: the demo did not show what it should")
 	}
+	grace, err = time.ParseDuration(listed.Grace)
+	if err != nil {
+		return fmt.Errorf("xactl list: grace %q: %w", listed.Grace, err)
+	}
 
-	// 5. Recovery.
-	s.step("recovering from the decision log (grace period %s for branches without a decision: the log's)", sc.Grace())
-	deadline := time.Now().Add(sc.Grace() + 30*time.Second)
-	var actions []branchView
+	// 5. Recovery: xactl recover until it exits 0 and no commit record is
+	// left. A round that changed nothing (branches waiting for the grace
+	// period) is not shown.
+	s.step("recovering with xactl recover (grace period %s for branches without a decision: the log's)", grace)
+	deadline := time.Now().Add(grace + 30*time.Second)
 	for round := 1; ; round++ {
-		rep, err := sc.Scan(ctx)
-		if err != nil {
+		r := x.run(ctx, "table", "recover")
+		if err := ctx.Err(); err != nil {
 			return err
 		}
-		for _, b := range rep.Branches {
-			if b.Done {
-				actions = append(actions, viewBranch(b, 0, nil))
+		if r.code == cli.ExitUsage {
+			return fmt.Errorf("%s", r)
+		}
+		var live dumpJSON
+		if err := x.json(ctx, &live, []int{cli.ExitOK}, "log", "dump", "--live"); err != nil {
+			return err
+		}
+		records := 0
+		for _, e := range live.Records {
+			if e.Type == "commit" {
+				records++
 			}
 		}
-		left := rep.InDoubt()
-		recs, _ := decisions.Commits(ctx)
-		s.status("round %d: %d resolved so far, %d in doubt, %d decision record(s) left", round, len(actions), left, len(recs))
-		if left == 0 && len(recs) == 0 && len(rep.Errors) == 0 {
+		done := r.code == cli.ExitOK && records == 0
+		if round == 1 || done || r.code == cli.ExitError || changed(r.stdout) {
+			r.line += fmt.Sprintf("    (round %d, exit %d)", round, r.code)
+			s.show(r)
+		}
+		if done {
+			s.ok("every in-doubt branch resolved, every decision record forgotten, in %d round(s) of xactl recover", round)
 			break
 		}
+		why := ""
+		if r.code == cli.ExitInDoubt {
+			why = "; branches without a decision wait for the grace period"
+		}
+		s.status("round %d: xactl recover exited %d, %d commit record(s) left%s", round, r.code, records, why)
 		if time.Now().After(deadline) {
-			return fmt.Errorf("recovery did not finish: %d in doubt, %d records, errors %v", left, len(recs), rep.Errors)
+			s.clear()
+			return fmt.Errorf("recovery did not finish within the grace period and 30s: %d commit record(s) left; the last round:\n%s", records, r)
 		}
 		select {
 		case <-ctx.Done():
@@ -254,12 +387,10 @@ func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	s.ok("every in-doubt branch resolved, every decision record forgotten")
-	printIndented(g.stdout, actions, plan.Participants, true)
 
 	// 6. Invariants, by direct SQL.
 	s.step("checking the invariants with direct SQL")
-	st, err := bank.Read(ctx, o.mysqlDSN, o.pgDSN, "demo")
+	st, err := bank.Read(ctx, o.mysqlDSN, o.pgDSN, demoNode)
 	if err != nil {
 		return err
 	}
@@ -301,15 +432,28 @@ func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 	return nil
 }
 
-// runWorker runs the coordinator process until it is killed at the crash
-// point, and returns the global ids it reported committed.
+// changed tells whether xactl recover's table output reports something
+// done: a branch resolved (RESULT done), an abort recorded, a record
+// forgotten.
+func changed(stdout string) bool {
+	for _, l := range strings.Split(stdout, "\n") {
+		if strings.HasSuffix(l, " done") || strings.HasPrefix(l, "recorded the abort") || strings.HasPrefix(l, "forgot ") {
+			return true
+		}
+	}
+	return false
+}
+
+// runWorker runs the coordinator process (xalab bank-worker) until it is
+// killed at the crash point, and returns the global ids it reported
+// committed.
 func runWorker(ctx context.Context, s *stepper, o demoOpts, logDir string) ([]string, string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, "", err
 	}
 	cmd := exec.CommandContext(ctx, self, "bank-worker",
-		"--mysql-dsn", o.mysqlDSN, "--postgres-dsn", o.pgDSN, "--decision-log", logDir,
+		"--mysql-dsn", o.mysqlDSN, "--postgres-dsn", o.pgDSN, "--decision-log", logDir, "--worker-node", demoNode,
 		"--accounts", fmt.Sprint(o.accounts), "--workers", fmt.Sprint(o.workers),
 		"--crash", fmt.Sprintf("log:%d", o.crashAfter), "--tx-timeout", o.txTimeout.String(),
 		"--phase2-attempts", fmt.Sprint(demoPhase2Attempts), "--phase2-timeout", demoPhase2Timeout.String(),
@@ -347,28 +491,8 @@ func runWorker(ctx context.Context, s *stepper, o demoOpts, logDir string) ([]st
 	}
 	summary := fmt.Sprintf("the coordinator died of SIGKILL after reporting %d transfers committed, %d aborted (conflicts, timeouts), %d with outcome unknown",
 		counts["committed"]+counts["pending"], counts["aborted"], counts["unknown"])
-	if s.tty {
-		fmt.Fprint(s.w, "\r\x1b[K")
-	}
+	s.clear()
 	return committed, summary, nil
-}
-
-// startServers starts throw-away MariaDB and PostgreSQL servers side by
-// side, each with an empty database called name.
-func startServers(ctx context.Context, name string) (my, pg *localdb.Server, err error) {
-	var e1, e2 error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); my, e1 = localdb.Start(ctx, localdb.MySQL, nil) }()
-	pg, e2 = localdb.Start(ctx, localdb.Postgres, nil)
-	wg.Wait()
-	if err := errors.Join(e1, e2); err != nil {
-		return nil, nil, err
-	}
-	if err := errors.Join(my.Exec(ctx, "", "CREATE DATABASE "+name), pg.Exec(ctx, "", "CREATE DATABASE "+name)); err != nil {
-		return nil, nil, err
-	}
-	return my, pg, nil
 }
 
 func redact(dsn string) string {
@@ -378,15 +502,4 @@ func redact(dsn string) string {
 		}
 	}
 	return dsn
-}
-
-// printIndented prints the branch table indented under a step.
-func printIndented(w io.Writer, views []branchView, listed []string, withResult bool) {
-	var b strings.Builder
-	printBranches(&b, views, listed, nil, withResult)
-	for _, l := range strings.SplitAfter(b.String(), "\n") {
-		if l != "" {
-			io.WriteString(w, "      "+l) //nolint:errcheck
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package filelog_test
+package logbench_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xadb/xa/recovery/logbench"
+	"github.com/xadb/xa/internal/lab/logbench"
 )
 
 // benchDir returns a directory on a real disk: $XA_BENCH_DIR, else

@@ -1,4 +1,4 @@
-package cli
+package labcli
 
 import (
 	"fmt"
@@ -7,10 +7,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/xadb/xa/internal/bench"
+	"github.com/xadb/xa/internal/lab/bench"
+	"github.com/xadb/xa/internal/lab/logbench"
 	"github.com/xadb/xa/internal/localdb"
 	"github.com/xadb/xa/recovery/filelog"
-	"github.com/xadb/xa/recovery/logbench"
 )
 
 func newBench(g *globals) *cobra.Command {
@@ -45,14 +45,9 @@ creates tables named accounts in those databases (drop them first).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			if mysqlDSN == "" {
-				mysqlDSN = g.getenv("XA_MYSQL_DSN")
-			}
-			if pgDSN == "" {
-				pgDSN = g.getenv("XA_POSTGRES_DSN")
-			}
-			if (mysqlDSN == "") != (pgDSN == "") {
-				return usageErr("give both --mysql-dsn and --postgres-dsn, or neither")
+			var err error
+			if mysqlDSN, pgDSN, err = g.dsns(mysqlDSN, pgDSN); err != nil {
+				return err
 			}
 			if mysqlDSN == "" {
 				fmt.Fprintln(g.stdout, "starting throw-away MariaDB and PostgreSQL servers ...")

@@ -12,7 +12,7 @@ import (
 // TestCompareShort runs the whole comparison briefly against the shared
 // test servers (whose fsync-light settings make its figures meaningless):
 // every mode must move money without an error or a half-applied transfer,
-// and every round must yield a ratio. It keeps xactl bench from rotting.
+// and every round must yield a ratio. It keeps xalab bench from rotting.
 func TestCompareShort(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -16,7 +16,7 @@ import (
 // private ones with the databases' durable defaults (every commit
 // flushed), or those of XA_MYSQL_DSN / XA_POSTGRES_DSN.
 //
-//	go test -run '^$' -bench Transfer ./internal/bench
+//	go test -run '^$' -bench Transfer ./internal/lab/bench
 func BenchmarkTransfer(b *testing.B) {
 	ctx := context.Background()
 	const workers = 16

@@ -1,12 +1,11 @@
-package cli
+package labcli
 
 import (
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/xadb/xa/internal/bank"
+	"github.com/xadb/xa/internal/lab/bank"
 )
 
 // newWorker is the coordinator process of the demo and of the crash tests:
@@ -21,7 +20,7 @@ func newWorker(g *globals) *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = g.logger()
-			return bank.RunWorker(cmd.Context(), cfg, os.Stdout)
+			return bank.RunWorker(cmd.Context(), cfg, g.stdout)
 		},
 	}
 	f := cmd.Flags()

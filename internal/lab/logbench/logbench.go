@@ -2,8 +2,9 @@
 // manager uses a log: each decision is one LogCommit of a two-branch commit
 // record, followed by a Forget once (here: at once) the branches have
 // committed. It drives any Log (the commit path of an xa.DecisionLog);
-// DefaultStores has the two this module ships (recovery/filelog and
-// recovery/pebblelog), for `xactl bench` and the benchmarks.
+// DefaultStores has the embedded log (recovery/filelog, the product's) and
+// the Pebble baseline (internal/lab/pebblelog), for `xalab bench` and the
+// benchmarks.
 //
 // Measure on the disk the log will live on. A directory on tmpfs measures
 // memory, not fsync; Result.Filesystem says which it was.
@@ -23,13 +24,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xadb/xa/internal/lab/pebblelog"
 	"github.com/xadb/xa/recovery/filelog"
-	"github.com/xadb/xa/recovery/pebblelog"
 	"github.com/xadb/xa/xa"
 )
 
 // Log is the commit path of a decision log, all that the benchmark drives.
-// Every xa.DecisionLog is one; recovery/pebblelog, a baseline, is only this.
+// Every xa.DecisionLog is one; internal/lab/pebblelog, a baseline, is only this.
 type Log interface {
 	LogCommit(ctx context.Context, rec xa.CommitRecord) error
 	Forget(ctx context.Context, id xa.GlobalID) error

@@ -17,7 +17,7 @@
 //	       recovery scanner prunes the decision rows meanwhile, as in
 //	       production)
 //
-// It is used by `xactl bench` and by the package's Go benchmark.
+// It is used by `xalab bench` and by the package's Go benchmark.
 package bench
 
 import (

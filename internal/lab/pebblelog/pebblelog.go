@@ -1,8 +1,9 @@
 // Package pebblelog is a commit log on Pebble (github.com/cockroachdb/pebble/v2),
 // kept to be compared against recovery/filelog, the default, in benchmarks
-// (recovery/logbench). It does not implement the whole decision-log contract
-// (xa.RecoveryLog: identity, abort records and the fence, delegations,
-// heuristics) and must not be used as a transaction manager's log.
+// (internal/lab/logbench). It is lab code: no product package imports it.
+// It does not implement the whole decision-log contract (xa.RecoveryLog:
+// identity, abort records and the fence, delegations, heuristics) and must
+// not be used as a transaction manager's log.
 //
 // Commit records are keys "c/<global id>" whose values are
 // xa.CommitRecord.MarshalBinary. LogCommit writes with pebble.Sync: it
@@ -58,7 +59,7 @@ type Log struct {
 
 // Log is not an xa.DecisionLog: it has no identity, no abort records and
 // no fence, and serves only as a benchmark baseline for the commit path
-// (LogCommit, Forget) that recovery/logbench drives.
+// (LogCommit, Forget) that internal/lab/logbench drives.
 
 const prefix = "c/"
 

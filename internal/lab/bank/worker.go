@@ -12,7 +12,7 @@ import (
 
 	xamysql "github.com/xadb/xa/drivers/mysql"
 	xapg "github.com/xadb/xa/drivers/postgres"
-	"github.com/xadb/xa/internal/crashpoint"
+	"github.com/xadb/xa/internal/lab/crashpoint"
 	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/recovery/filelog"
 	"github.com/xadb/xa/xa"

@@ -1,0 +1,102 @@
+package labcli_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/xadb/xa/internal/dbtest"
+	"github.com/xadb/xa/internal/lab/labcli"
+)
+
+// TestMain makes the test binary xalab when it is started as the demo's
+// coordinator process (the demo runs its own executable's bank-worker).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "bank-worker" {
+		os.Exit(labcli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	dbtest.Main(m)
+}
+
+type result struct {
+	args           []string
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("xalab %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(r.args, " "), r.code, r.stdout, r.stderr)
+}
+
+func xalab(t *testing.T, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := labcli.MainContext(context.Background(), args, &out, &errb)
+	return result{args: args, code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+func (r result) want(t *testing.T, code int, stdout ...string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("want exit %d, got %s", code, r)
+	}
+	for _, s := range stdout {
+		if !strings.Contains(r.stdout, s) {
+			t.Errorf("stdout lacks %q: %s", s, r)
+		}
+	}
+}
+
+// TestUsage: the lab's commands, the hidden worker, and usage errors.
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	r := xalab(t, "--help")
+	r.want(t, 0, "demo", "bench")
+	if strings.Contains(r.stdout, "bank-worker") {
+		t.Errorf("the worker is hidden: %s", r)
+	}
+	xalab(t, "demo", "--mysql-dsn", "x").want(t, 2)
+	xalab(t, "demo", "--crash-after", "0").want(t, 2)
+	xalab(t, "demo", "--no-such-flag").want(t, 2)
+	xalab(t, "bench", "--postgres-dsn", "x").want(t, 2)
+	xalab(t, "bank-worker").want(t, 2) // required flags
+	xalab(t, "no-such-command").want(t, 2)
+}
+
+// TestDemo runs the demo on the test servers: the coordinator is killed,
+// xactl (in process) lists and recovers, and the checks pass.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	my, pg := dbtest.MySQLDB(t), dbtest.PostgresDB(t)
+	r := xalab(t, "demo", "--mysql-dsn", my.DSN(), "--postgres-dsn", pg.DSN(),
+		"--accounts", "6", "--workers", "4", "--crash-after", "20", "--tx-timeout", "1s")
+	r.want(t, 0,
+		"$ xactl log init --timeout 1s",
+		"created the decision log in",
+		"the coordinator died of SIGKILL after reporting",
+		"$ xactl list",
+		"of ours in doubt.",
+		"with a durable commit decision",
+		"$ xactl recover    (round 1, exit",
+		"every in-doubt branch resolved, every decision record forgotten",
+		"in only one: 0: ok",
+		"missing: 0: ok",
+		"All invariants hold",
+	)
+	if strings.Contains(r.stdout, "FAILED") {
+		t.Errorf("a check failed: %s", r)
+	}
+}
+
+// TestBench runs the benchmark briefly, so that it does not rot (its
+// figures on the test servers mean nothing).
+func TestBench(t *testing.T) {
+	t.Parallel()
+	my, pg := dbtest.MySQLDB(t), dbtest.PostgresDB(t)
+	r := xalab(t, "bench", "--mysql-dsn", my.DSN(), "--postgres-dsn", pg.DSN(),
+		"--workers", "2", "--duration", "100ms", "--rounds", "1", "--dir", t.TempDir())
+	r.want(t, 0, "MODE", "tm-last", "ratio to raw", "decision log alone", "filelog", "pebble")
+}
