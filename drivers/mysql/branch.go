@@ -87,9 +87,24 @@ func (b *branch) Idle() bool {
 	return b.state == stIdle
 }
 
-// Origin returns the session that prepared the branch and when. Session is
-// 0 when the server detached the branch at prepare (MySQL 8.0.29+ with
-// xa_detach_on_prepare=ON): nobody needs to wait for that session.
+// Origin returns the session that prepared the branch and when: after
+// VotePrepared, and also after a Prepare whose outcome is unknown (its
+// reply was lost, or the branch could not be rolled back after an error),
+// since the branch may then be prepared. Session is the session's
+// CONNECTION_ID(); it is 0 when the server detached the branch at prepare
+// (MySQL 8.0.29+ with xa_detach_on_prepare=ON): nobody needs to wait for
+// that session.
+//
+// Prepared is a time on the server's clock, not this host's, no earlier
+// than the prepare completed: the server's @@timestamp read in the prepare's
+// round trip, right after XA PREPARE. After a lost reply it is the server's
+// time when the loss was seen, estimated from the server's @@timestamp read
+// when the connection was made plus the time elapsed since on this host's
+// monotonic clock (too late by at most that first round trip and the two
+// clocks' drift). It is never earlier than the end of the second in which
+// the server started. RM.Commit and RM.Rollback, on whatever host, compare
+// it with the server's start time, which the server computes itself, to
+// tell whether the server restarted since (see restartedSince).
 func (b *branch) Origin() xa.Origin {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -97,6 +112,28 @@ func (b *branch) Origin() xa.Origin {
 }
 
 func (b *branch) err(op string, kind, err error) error { return b.rm.rmError(op, b.xid, kind, err) }
+
+// originNow returns the branch's session and the server's time now: read
+// is the server's @@timestamp read right after the prepare, zero when the
+// reply was lost; then an upper bound estimated from the connection's
+// clock (see Origin) stands in. The time is no earlier than the end of the
+// second in which the server started (see restartedSince). The session must
+// still be pinned.
+func (b *branch) originNow(read time.Time) xa.Origin {
+	clock := b.s.dc.clock
+	now := b.rm.now()
+	t := read
+	if t.IsZero() {
+		t = clock.high(now)
+	} else if low := clock.low(now); t.Before(low) {
+		// @@timestamp is the session's: an application can set it.
+		t = low
+	}
+	if floor := time.Unix(b.s.dc.started+1, 0); t.Before(floor) {
+		t = floor
+	}
+	return xa.Origin{Session: b.s.id, Prepared: t}
+}
 
 // end releases the session: to the pool when clean, else closed.
 func (b *branch) end(clean bool) {
@@ -139,9 +176,15 @@ func (b *branch) markLost(err error) {
 //     votes VoteAbort with an ErrRolledBack error carrying the server's
 //     reason; Prepare sends XA ROLLBACK itself and releases the session.
 //   - A lost reply votes VoteAbort with ErrOutcomeUnknown: the branch may
-//     be prepared; the session is closed and the TM rolls back by XID.
+//     be prepared; the session is closed and the TM rolls back by XID,
+//     waiting for the session that Origin names. A reply is lost when the
+//     connection breaks, and also when ctx ended and KILL QUERY could not
+//     be delivered, so that the connection was closed under the command.
 //   - Any other refusal: the branch is rolled back on its session and the
-//     vote is VoteAbort with ErrRolledBack.
+//     vote is VoteAbort with ErrRolledBack; if that rollback fails the
+//     session is closed and, unless the server said it rolled the branch
+//     back, the vote is VoteAbort with ErrOutcomeUnknown (the error may
+//     have come after XA PREPARE took effect).
 func (b *branch) Prepare(ctx context.Context) (xa.Vote, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -161,52 +204,82 @@ func (b *branch) Prepare(ctx context.Context) (xa.Vote, error) {
 	default:
 		return xa.VoteAbort, b.err(opPrepare, xa.ErrInvalidState, fmt.Errorf("branch is %s", b.state))
 	}
-	err := b.s.exec(ctx, "XA END "+b.lit+"; XA PREPARE "+b.lit)
+	at, err := b.s.execTimed(ctx, "XA END "+b.lit+"; XA PREPARE "+b.lit)
 	if err == nil {
 		b.state = stPrepared
-		b.origin = xa.Origin{Session: b.s.id, Prepared: time.Now()}
+		b.origin = b.originNow(at)
 		if b.s.server.detachOnPrepare {
 			b.origin.Session = 0
 		}
 		return xa.VotePrepared, nil
 	}
+	// The branch may be prepared if the reply is lost: the TM and
+	// recovery roll it back by XID once this session is gone, and need to
+	// know which one it was.
+	origin := b.originNow(time.Time{})
 	if connectionLost(err) {
-		// The branch may be prepared: recovery rolls it back by XID once
-		// this session is gone, and needs to know which one it was.
-		b.origin = xa.Origin{Session: b.s.id, Prepared: time.Now()}
+		b.origin = origin
 		b.end(false)
 		return xa.VoteAbort, b.err(opPrepare, xa.ErrOutcomeUnknown, err)
 	}
-	// The server answered with an error: the branch is not prepared.
-	// Whatever state XA END / XA PREPARE left it in, roll it back.
-	b.rollbackAndEnd(ctx, errNumber(err) != erXAERRMFail || rmfailState(err) == "ACTIVE")
+	// The server answered with an error. Whatever state XA END / XA
+	// PREPARE left the branch in, roll it back.
+	detaches := b.s.server.detachOnPrepare
+	res, rerr := b.rollbackAndEnd(ctx, errNumber(err) != erXAERRMFail || rmfailState(err) == "ACTIVE")
+	switch {
+	case rolledBackByServer(err):
+	case rerr != nil:
+		// The session is closed: a prepared branch stays prepared.
+		b.origin = origin
+		return xa.VoteAbort, b.err(opPrepare, xa.ErrOutcomeUnknown,
+			fmt.Errorf("%w; then XA ROLLBACK failed, so the branch may be prepared: %w", err, rerr))
+	case res == rbGone && detaches:
+		// MySQL 8: a branch prepared before the error left the session
+		// at XA PREPARE; "no branch here" does not say it is not
+		// prepared.
+		b.origin = xa.Origin{Prepared: origin.Prepared}
+		return xa.VoteAbort, b.err(opPrepare, xa.ErrOutcomeUnknown,
+			fmt.Errorf("%w; then the session held no branch, and the server detaches a prepared one: it may be prepared", err))
+	}
 	return xa.VoteAbort, b.err(opPrepare, xa.ErrRolledBack, err)
 }
 
-// rollbackAndEnd rolls the not-prepared branch back on its session and
-// releases the session; if that fails the session is closed, which rolls
-// the branch back too.
-func (b *branch) rollbackAndEnd(ctx context.Context, active bool) {
+// rollbackAndEnd rolls the branch back on its session after a refused
+// command and releases the session; if that fails the session is closed,
+// which rolls back a branch that is not prepared. It returns what the
+// rollback found.
+func (b *branch) rollbackAndEnd(ctx context.Context, active bool) (rollbackResult, error) {
 	// The caller's context may be what ended the branch: roll back
 	// regardless, within a bound of our own.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortRollbackTimeout)
 	defer cancel()
-	err := b.rollbackOnSession(ctx, active)
+	res, err := b.rollbackOnSession(ctx, active)
 	if err != nil {
 		b.rm.log.Debug("mysql: XA ROLLBACK of a refused branch failed; closing its session", "xid", b.xid, "err", err)
 	}
 	b.end(err == nil)
+	return res, err
 }
 
 // abortRollbackTimeout bounds the XA ROLLBACK a refused branch sends
 // itself; past it the session is closed, which rolls the branch back too.
 const abortRollbackTimeout = 30 * time.Second
 
+// rollbackResult says what a rollback on the branch's session found.
+type rollbackResult int
+
+const (
+	rbFailed     rollbackResult = iota // the rollback failed (its error says why)
+	rbRolledBack                       // XA ROLLBACK rolled the branch back, or the server says it had (XA_RB*)
+	rbGone                             // the session holds no such branch (1397, or NON-EXISTING): committed or rolled back before
+)
+
 // rollbackOnSession sends XA ROLLBACK for the branch on its session,
 // preceded by XA END when the branch is active, and follows the server's
-// word when it names another state (1399). It returns nil when the session
-// carries no branch any more (rolled back, or unknown to the server).
-func (b *branch) rollbackOnSession(ctx context.Context, active bool) error {
+// word when it names another state (1399). The error is nil when the
+// session carries no branch any more; the result says whether the branch
+// was there to be rolled back.
+func (b *branch) rollbackOnSession(ctx context.Context, active bool) (rollbackResult, error) {
 	rollback := "XA ROLLBACK " + b.lit
 	q := rollback
 	if active {
@@ -217,10 +290,16 @@ func (b *branch) rollbackOnSession(ctx context.Context, active bool) error {
 		err = b.s.exec(ctx, q)
 		switch errNumber(err) {
 		case 0:
-			return err
-		case erXAERNota, erXARBRollback, erXARBTimeout, erXARBDeadlock:
-			// Unknown to the server, or rolled back by it: gone.
-			return nil
+			if err == nil {
+				return rbRolledBack, nil
+			}
+			return rbFailed, err
+		case erXAERNota:
+			// Unknown to the server: gone.
+			return rbGone, nil
+		case erXARBRollback, erXARBTimeout, erXARBDeadlock:
+			// Rolled back by the server.
+			return rbRolledBack, nil
 		case erXAERRMFail:
 			switch rmfailState(err) {
 			case "ACTIVE":
@@ -231,11 +310,14 @@ func (b *branch) rollbackOnSession(ctx context.Context, active bool) error {
 				// takes XA ROLLBACK.
 				q = rollback
 				continue
+			case "NON-EXISTING":
+				// XA END: the session has no XA transaction.
+				return rbGone, nil
 			}
 		}
-		return err
+		return rbFailed, err
 	}
-	return err
+	return rbFailed, err
 }
 
 // Commit commits the prepared branch on the session that prepared it
@@ -303,7 +385,7 @@ func (b *branch) Rollback(ctx context.Context) error {
 		return nil
 	}
 	prepared := b.state == stPrepared
-	err := b.rollbackOnSession(ctx, b.state == stActive)
+	_, err := b.rollbackOnSession(ctx, b.state == stActive)
 	var ce *cancelledError
 	switch {
 	case err == nil:
@@ -329,9 +411,17 @@ func (b *branch) Rollback(ctx context.Context) error {
 // CommitOnePhase commits the branch without preparing it (XA END and XA
 // COMMIT ONE PHASE in one round trip), when it is the only branch that did
 // work. A branch that never ran a statement commits with no I/O. Whatever
-// the outcome, the session is released; ErrOutcomeUnknown means the reply
-// was lost and the commit may or may not have happened. Any other error:
-// the branch is rolled back (ErrRolledBack).
+// the outcome, the session is released.
+//
+// The error is ErrRolledBack only when the server says the branch is not
+// committed: it answered that it rolled the branch back (XA_RB*, deadlock,
+// rollback-only), or the XA ROLLBACK sent after a failure found the branch
+// still there and rolled it back. Any other failure is ErrOutcomeUnknown:
+// the reply was lost (the connection broke, or was closed because KILL
+// QUERY could not be delivered), or the command failed and XA ROLLBACK then
+// found no branch (1397): the server does not say whether it committed it
+// or rolled it back (a KILL QUERY sent when ctx ended may land before or
+// after the commit point), or XA ROLLBACK failed.
 func (b *branch) CommitOnePhase(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -360,8 +450,23 @@ func (b *branch) CommitOnePhase(ctx context.Context) error {
 		b.end(false)
 		return b.err(opCommit1P, xa.ErrOutcomeUnknown, err)
 	}
-	b.rollbackAndEnd(ctx, errNumber(err) != erXAERRMFail || rmfailState(err) == "ACTIVE")
-	return b.err(opCommit1P, xa.ErrRolledBack, err)
+	active := errNumber(err) != erXAERRMFail || rmfailState(err) == "ACTIVE"
+	if rolledBackByServer(err) {
+		b.rollbackAndEnd(ctx, active)
+		return b.err(opCommit1P, xa.ErrRolledBack, err)
+	}
+	// The command failed, before or after the commit point: ask the
+	// session.
+	res, rerr := b.rollbackAndEnd(ctx, active)
+	switch res {
+	case rbRolledBack:
+		return b.err(opCommit1P, xa.ErrRolledBack, fmt.Errorf("%w; then XA ROLLBACK found the branch uncommitted and rolled it back", err))
+	case rbGone:
+		return b.err(opCommit1P, xa.ErrOutcomeUnknown,
+			fmt.Errorf("%w; then XA ROLLBACK found no branch: the server committed it or rolled it back, and does not say which", err))
+	}
+	return b.err(opCommit1P, xa.ErrOutcomeUnknown,
+		fmt.Errorf("%w; then XA ROLLBACK failed (the session is closed; an uncommitted branch dies with it): %w", err, rerr))
 }
 
 // Close releases the session without ending the branch (see xa.Branch): a
@@ -422,7 +527,7 @@ func (b *branch) start(ctx context.Context) error {
 	b.s.dc.xa.Store(true)
 	drv, g := b.s.watch(ctx, b.work)
 	_, err := b.s.conn.ExecContext(drv, "XA START "+b.lit)
-	cause := g.stop()
+	err, cause := g.finish(err)
 	return b.started(err, cause)
 }
 
@@ -555,7 +660,8 @@ func (c *Conn) ExecContext(ctx context.Context, query string, args ...any) (sql.
 	}
 	drv, g := b.s.watch(ctx, b.work)
 	res, err := b.s.conn.ExecContext(drv, query, args...)
-	return res, b.statementDone(query, err, g.stop())
+	err, cause := g.finish(err)
+	return res, b.statementDone(query, err, cause)
 }
 
 // execFirst tries to send "XA START x; query" in one round trip, with the
@@ -587,14 +693,15 @@ func (b *branch) execFirst(ctx context.Context, query string, args []any) (res s
 		}
 		return nil
 	})
-	cause := g.stop()
 	if errors.Is(rawErr, errNotSent) {
+		g.stop()
 		b.s.dc.xa.Store(false)
 		return nil, nil, false
 	}
 	if rawErr != nil && sendErr == nil {
 		sendErr = rawErr
 	}
+	sendErr, cause := g.finish(sendErr)
 	if sendErr == nil {
 		b.state = stActive
 		return res, nil, true
@@ -721,7 +828,8 @@ func (c *Conn) QueryContext(ctx context.Context, query string, args ...any) (*sq
 	drv, g := b.s.watch(ctx, b.work)
 	rows, err := b.s.conn.QueryContext(drv, query, args...)
 	if err != nil {
-		return nil, b.statementDone(query, err, g.stop())
+		err, cause := g.finish(err)
+		return nil, b.statementDone(query, err, cause)
 	}
 	b.pending = g
 	return rows, nil
@@ -744,7 +852,8 @@ func (c *Conn) QueryRowContext(ctx context.Context, query string, args ...any) *
 	drv, g := b.s.watch(ctx, b.work)
 	row := b.s.conn.QueryRowContext(drv, query, args...)
 	if err := row.Err(); err != nil {
-		if mapped := b.statementDone(query, err, g.stop()); mapped != err {
+		ferr, cause := g.finish(err)
+		if mapped := b.statementDone(query, ferr, cause); mapped != err {
 			return errRow(mapped)
 		}
 		return row

@@ -76,10 +76,13 @@ func (rm *RM) Check(ctx context.Context) ([]xa.Finding, error) {
 	case err == nil:
 		add("PROCESS privilege", "granted", xa.SeverityOK, "")
 	case kind == xa.ErrMisconfigured:
-		add("PROCESS privilege", "missing: "+err.Error(), xa.SeverityWarn,
-			fmt.Sprintf("without it the RM cannot see other users' sessions in the process list (waiting for a preparing session, fact 7) "+
-				"nor information_schema.INNODB_TRX (UnlistedPrepared), so recovery keeps the decision records of branches it resolved "+
-				"(and a last resource's decision rows) for want of proof that none is a ghost: GRANT PROCESS ON *.* TO %s", grantee))
+		add("PROCESS privilege", "missing: branches finished from another session stay pending: "+err.Error(), xa.SeverityWarn,
+			fmt.Sprintf("without it the RM cannot see whether InnoDB has detached a prepared branch from the session that prepared it "+
+				"(information_schema.INNODB_TRX; committing it from another session before then can lose the commit, fact 7), "+
+				"so a branch whose phase 2 must be done from another session (after its session broke, and in recovery) stays pending: "+
+				"RM.Commit and RM.Rollback answer ErrRetryable until the privilege is granted or the server restarts. "+
+				"Recovery also cannot count ghost branches (UnlistedPrepared, SHOW ENGINE INNODB STATUS), so it keeps the decision records "+
+				"of the branches it resolved (and a last resource's decision rows): GRANT PROCESS ON *.* TO %s", grantee))
 	case connectionLost(err):
 		return fail(err)
 	default:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -43,11 +44,16 @@ type drvConn struct {
 	// refuse it, so database/sql closes it. Branches discard such
 	// sessions explicitly; this is the safety net.
 	xa atomic.Bool
-	// cleanAt is when the session was last released with no branch on it
-	// (Unix nanoseconds; 0 never).
+	// cleanAt is when the session was last released with no branch on it,
+	// on the server's clock (a lower bound, Unix nanoseconds; 0 never).
 	cleanAt atomic.Int64
-	// connected is when the connection was made.
-	connected time.Time
+	// clock relates this process's clock to the server's.
+	clock serverClock
+	// dialed is the local time before the connection was dialed.
+	dialed time.Time
+	// started is the second in which the server started (see
+	// serverStartQuery).
+	started int64
 
 	rm *RM
 }
@@ -71,6 +77,26 @@ func (c *drvConn) ResetSession(ctx context.Context) error {
 func (c *drvConn) IsValid() bool {
 	return !c.xa.Load() && c.mysqlDriverConn.IsValid()
 }
+
+// serverClock relates the local clock to the server's, from one reading of
+// the server's @@timestamp taken when the connection was made: at was read
+// on the server between the local times sent and got. Later server times
+// are estimated from the local clock's elapsed time (Go's monotonic
+// reading), so a step of the local wall clock does not move them, and the
+// error is the connection's first round trip plus the drift of the two
+// clocks' rates.
+type serverClock struct {
+	at        time.Time // the server's @@timestamp
+	sent, got time.Time // local times around the reading
+}
+
+// high returns a server time no earlier than the server's clock at local
+// time now.
+func (c serverClock) high(now time.Time) time.Time { return c.at.Add(now.Sub(c.sent)) }
+
+// low returns a server time no later than the server's clock at local time
+// now.
+func (c serverClock) low(now time.Time) time.Time { return c.at.Add(now.Sub(c.got)) }
 
 // serverInfo is what a connection learns about its server.
 type serverInfo struct {
@@ -127,8 +153,8 @@ func (si serverInfo) flavor() string {
 }
 
 // connector makes the RM's connections: go-sql-driver's connector, then
-// one query to learn the session's id (and, on MySQL 8.0.29+, a second one
-// for xa_detach_on_prepare).
+// one query to learn the session's id, the server's version and clock (and,
+// on MySQL 8.0.29+, a second one for xa_detach_on_prepare).
 type connector struct {
 	inner driver.Connector
 	rm    *RM
@@ -137,6 +163,7 @@ type connector struct {
 func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
 
 func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
+	dialed := c.rm.now()
 	dc, err := c.inner.Connect(ctx)
 	if err != nil {
 		return nil, err
@@ -146,18 +173,36 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		dc.Close()
 		return nil, fmt.Errorf("mysql: go-sql-driver connection %T lacks an interface this package needs", dc)
 	}
-	w := &drvConn{mysqlDriverConn: mc, rm: c.rm, connected: time.Now()}
-	row, err := queryRow(ctx, mc, "SELECT CONNECTION_ID(), VERSION()")
+	w := &drvConn{mysqlDriverConn: mc, rm: c.rm, dialed: dialed}
+	// One round trip on MariaDB; MySQL 8 has its status in
+	// performance_schema and takes a second one.
+	sent := c.rm.now()
+	row, err := queryRow(ctx, mc, "SELECT CONNECTION_ID(), VERSION(), @@timestamp, ("+serverStartQuery(serverInfo{mariaDB: true})+")")
+	got := c.rm.now()
+	if errNumber(err) != 0 {
+		sent = c.rm.now()
+		row, err = queryRow(ctx, mc, "SELECT CONNECTION_ID(), VERSION(), @@timestamp, ("+serverStartQuery(serverInfo{})+")")
+		got = c.rm.now()
+	}
 	if err != nil {
 		mc.Close()
 		return nil, err
 	}
 	w.id, err = asUint(row[0])
+	if err == nil {
+		w.started, err = asInt(row[3])
+	}
 	if err != nil {
 		mc.Close()
 		return nil, err
 	}
 	w.server = parseVersion(asString(row[1]))
+	at, err := asUnixTime(row[2])
+	if err != nil {
+		mc.Close()
+		return nil, err
+	}
+	w.clock = serverClock{at: at, sent: sent, got: got}
 	if !w.server.mariaDB && w.server.atLeast(8, 0, 29) {
 		// MySQL 8 only: the variable exists from 8.0.29 and may be set
 		// per session.
@@ -203,6 +248,35 @@ func asUint(v driver.Value) (uint64, error) {
 		return strconv.ParseUint(x, 10, 64)
 	}
 	return 0, fmt.Errorf("mysql: unexpected value %v (%T), want an integer", v, v)
+}
+
+func asInt(v driver.Value) (int64, error) {
+	switch x := v.(type) {
+	case int64:
+		return x, nil
+	case []byte, string:
+		return strconv.ParseInt(asString(x), 10, 64)
+	}
+	return 0, fmt.Errorf("mysql: unexpected value %v (%T), want an integer", v, v)
+}
+
+// asUnixTime converts a Unix time in seconds with a fraction (@@timestamp)
+// to a time.
+func asUnixTime(v driver.Value) (time.Time, error) {
+	var f float64
+	switch x := v.(type) {
+	case float64:
+		f = x
+	case []byte, string:
+		var err error
+		if f, err = strconv.ParseFloat(asString(x), 64); err != nil {
+			return time.Time{}, fmt.Errorf("mysql: unexpected time %q: %w", asString(x), err)
+		}
+	default:
+		return time.Time{}, fmt.Errorf("mysql: unexpected time %v (%T)", v, v)
+	}
+	sec := math.Floor(f)
+	return time.Unix(int64(sec), int64(math.Round((f-sec)*1e6))*1e3), nil
 }
 
 func asString(v driver.Value) string {

@@ -37,6 +37,8 @@ const (
 	erXARBDeadlock       = 1614 // XA_RBDEADLOCK
 	erClientServerGone   = 2006 // CR_SERVER_GONE_ERROR (client-side code, relayed by proxies)
 	erClientServerLost   = 2013 // CR_SERVER_LOST
+	erConnectionKilled   = 1927 // ER_CONNECTION_KILLED (MariaDB: KILL CONNECTION of a session running a statement)
+	erServerShutdown     = 1053 // ER_SERVER_SHUTDOWN (the statement was cut short by a shutdown)
 	erUnknownThreadID    = 1094 // ER_NO_SUCH_THREAD (KILL of a thread that is gone)
 	erUnknownSystemVar   = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
 	erNoSuchTable        = 1146 // ER_NO_SUCH_TABLE
@@ -45,15 +47,17 @@ const (
 
 // Ops named in *xa.Error.Op.
 const (
-	opOpen     = "open"
-	opStart    = "start"
-	opExec     = "exec"
-	opPrepare  = "prepare"
-	opCommit   = "commit"
-	opCommit1P = "commit one phase"
-	opRollback = "rollback"
-	opRecover  = "recover"
-	opCheck    = "check"
+	opOpen      = "open"
+	opStart     = "start"
+	opExec      = "exec"
+	opPrepare   = "prepare"
+	opCommit    = "commit"
+	opCommit1P  = "commit one phase"
+	opRollback  = "rollback"
+	opRecover   = "recover"
+	opCheck     = "check"
+	opUnlisted  = "unlisted"
+	opServerKey = "server key"
 )
 
 // classify maps the error of XA command op to one of the xa error kinds,
@@ -98,7 +102,7 @@ func classify(op string, err error) error {
 				return xa.ErrRolledBack
 			}
 			return nil
-		case erClientServerGone, erClientServerLost:
+		case erClientServerGone, erClientServerLost, erConnectionKilled, erServerShutdown:
 			return lostKind(op)
 		}
 		return nil
@@ -118,7 +122,9 @@ func lostKind(op string) error {
 }
 
 // connectionLost reports whether err says the connection broke: the reply
-// to a command that was sent may be lost.
+// to a command that was sent may be lost. That includes a connection that
+// the RM closed itself because KILL QUERY could not be delivered
+// (*droppedError, which matches driver.ErrBadConn).
 func connectionLost(err error) bool {
 	var ne net.Error
 	var me *gomysql.MySQLError
@@ -126,7 +132,13 @@ func connectionLost(err error) bool {
 	case err == nil:
 		return false
 	case errors.As(err, &me):
-		return me.Number == erClientServerGone || me.Number == erClientServerLost
+		// The server's own "connection killed" and "shutdown" end the
+		// session too: the statement may or may not have taken effect.
+		switch me.Number {
+		case erClientServerGone, erClientServerLost, erConnectionKilled, erServerShutdown:
+			return true
+		}
+		return false
 	case errors.Is(err, driver.ErrBadConn),
 		errors.Is(err, sql.ErrConnDone),
 		errors.Is(err, gomysql.ErrInvalidConn),

@@ -59,6 +59,8 @@ func TestClassify(t *testing.T) {
 		driver.ErrBadConn, io.EOF, io.ErrUnexpectedEOF, gomysql.ErrInvalidConn, netErr,
 		fmt.Errorf("wrapped: %w", gomysql.ErrInvalidConn), myErr(2013, "Lost connection"), myErr(2006, "MySQL server has gone away"),
 		sql.ErrConnDone, net.ErrClosed,
+		myErr(1927, "Connection was killed"), myErr(1053, "Server shutdown in progress"),
+		&droppedError{ctxErr: context.DeadlineExceeded, err: context.Canceled},
 	}
 	for _, e := range lost {
 		rows = append(rows,

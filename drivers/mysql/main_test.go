@@ -180,6 +180,15 @@ type wire struct {
 	mu       sync.Mutex
 	cutNext  bool
 	cuts     atomic.Int64
+	next     wireFault  // what happens to the next command, if anything
+	held     []net.Conn // server sides kept open after a hold
+}
+
+// wireFault is what a wire does to the next command.
+type wireFault struct {
+	hold    bool   // swallow the reply and fail the client's side, but keep the server's side open
+	errno   uint16 // non-zero: answer the client with this server error instead of the server's reply
+	deliver bool   // with errno: send the command to the server first (and swallow its reply)
 }
 
 var wireSeq atomic.Int64
@@ -216,11 +225,46 @@ func (w *wire) armCut() {
 	w.mu.Unlock()
 }
 
+// armHold makes the next command's reply lost while the server's session
+// lives on: the command reaches the server, its reply is swallowed, the
+// client sees its connection fail, and the server's side stays open (the
+// session idle on the server, as behind a network partition) until
+// release.
+func (w *wire) armHold() {
+	w.mu.Lock()
+	w.next = wireFault{hold: true}
+	w.mu.Unlock()
+}
+
+// armAnswer makes the client get server error errno for the next command.
+// With deliver, the command reaches the server and runs, and its real
+// reply is swallowed (as if the server had answered the error after doing
+// the work); without, the server never sees it.
+func (w *wire) armAnswer(errno uint16, deliver bool) {
+	w.mu.Lock()
+	w.next = wireFault{errno: errno, deliver: deliver}
+	w.mu.Unlock()
+}
+
+// release closes the server sides kept open by holds: the server sees the
+// sessions disconnect.
+func (w *wire) release() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.held {
+		c.Close()
+	}
+	w.held = nil
+}
+
 type wireConn struct {
 	net.Conn
 	w       *wire
 	pending int // bytes of the current client packet still to come
 	cut     atomic.Bool
+	held    atomic.Bool
+	mu      sync.Mutex
+	inject  []byte // bytes the client reads before anything from the server
 }
 
 func (c *wireConn) Write(b []byte) (int, error) {
@@ -244,34 +288,84 @@ func (c *wireConn) Write(b []byte) (int, error) {
 		p = p[4:]
 	}
 	c.w.commands.Add(int64(commands))
+	if c.cut.Load() {
+		return 0, net.ErrClosed
+	}
 	cut := false
+	var fault wireFault
 	if commands > 0 {
 		c.w.mu.Lock()
 		cut, c.w.cutNext = c.w.cutNext, false
+		fault, c.w.next = c.w.next, wireFault{}
 		c.w.mu.Unlock()
 	}
+	if fault.errno != 0 && !fault.deliver {
+		c.answer(fault.errno)
+		return len(b), nil
+	}
 	n, err := c.Conn.Write(b)
-	if cut && err == nil {
-		// Let the server execute and answer, swallow the answer, close.
-		buf := make([]byte, 64<<10)
-		for {
-			c.Conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-			if _, err := c.Conn.Read(buf); err != nil {
-				break
-			}
+	if err != nil || !cut && fault == (wireFault{}) {
+		return n, err
+	}
+	// Let the server execute and answer; swallow the answer.
+	buf := make([]byte, 64<<10)
+	for {
+		c.Conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, err := c.Conn.Read(buf); err != nil {
+			break
 		}
+	}
+	c.Conn.SetReadDeadline(time.Time{})
+	switch {
+	case fault.errno != 0:
+		c.answer(fault.errno)
+	case fault.hold:
+		c.held.Store(true)
+		c.cut.Store(true)
+		c.w.mu.Lock()
+		c.w.held = append(c.w.held, c.Conn)
+		c.w.mu.Unlock()
+		c.w.cuts.Add(1)
+	default:
 		c.cut.Store(true)
 		c.Conn.Close()
 		c.w.cuts.Add(1)
 	}
-	return n, err
+	return n, nil
+}
+
+// answer queues a server error packet (the reply to a command, sequence
+// id 1) for the client to read.
+func (c *wireConn) answer(errno uint16) {
+	msg := "Query execution was interrupted (injected by the test wire)"
+	payload := append([]byte{0xff, byte(errno), byte(errno >> 8), '#'}, "70100"+msg...)
+	pkt := append([]byte{byte(len(payload)), byte(len(payload) >> 8), byte(len(payload) >> 16), 1}, payload...)
+	c.mu.Lock()
+	c.inject = append(c.inject, pkt...)
+	c.mu.Unlock()
 }
 
 func (c *wireConn) Read(b []byte) (int, error) {
+	c.mu.Lock()
+	if len(c.inject) > 0 {
+		n := copy(b, c.inject)
+		c.inject = c.inject[n:]
+		c.mu.Unlock()
+		return n, nil
+	}
+	c.mu.Unlock()
 	if c.cut.Load() {
 		return 0, io.ErrUnexpectedEOF
 	}
 	return c.Conn.Read(b)
+}
+
+// Close closes the connection, but for one held open for the server.
+func (c *wireConn) Close() error {
+	if c.held.Load() {
+		return nil
+	}
+	return c.Conn.Close()
 }
 
 // closedPortDSN returns a DSN to a loopback port nobody listens on.
@@ -387,6 +481,26 @@ func prepareDetached(t testing.TB, raw *sql.DB, x xa.XID, stmt string, args ...a
 	}
 	waitGone(t, raw, id)
 	t.Cleanup(func() { raw.Exec("XA ROLLBACK " + lit) })
+}
+
+// rollbackListedAtEnd rolls back every branch XA RECOVER lists when t
+// ends, once the test's sessions have closed (register it after the
+// sessions' database handle and before the sessions): a prepared branch
+// would keep the test database from being dropped.
+func rollbackListedAtEnd(t testing.TB, raw *sql.DB) {
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			ps, err := recoverOn(context.Background(), raw)
+			if err != nil || len(ps) == 0 {
+				return
+			}
+			for _, p := range ps {
+				raw.Exec("XA ROLLBACK " + p.Raw)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 }
 
 var errBadConnForTest = driver.ErrBadConn

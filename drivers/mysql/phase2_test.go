@@ -2,10 +2,15 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/xadb/xa/internal/dbtest"
 	"github.com/xadb/xa/xa"
 )
 
@@ -206,27 +211,232 @@ func TestServerMatchesDetachedBranchWithoutFormatID(t *testing.T) {
 	mustExec(t, s, "XA ROLLBACK "+lit)
 }
 
+// restartedSince compares the second the server started in with
+// Origin.Prepared, both on the server's clock; Origin.Prepared is never in
+// the second the preparing session's server started in.
 func TestRestartedSince(t *testing.T) {
-	p := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	at := func(d time.Duration) time.Time { return p.Add(d) }
+	p := time.Date(2026, 1, 1, 12, 0, 0, 500_000_000, time.UTC) // 12:00:00.5
+	sec := func(d int64) int64 { return p.Unix() + d }
 	for _, c := range []struct {
 		name                 string
-		sent, got            time.Time
-		uptime               int64
+		started              int64
 		prepared             time.Time
 		restarted, ambiguous bool
 	}{
-		{"up long before the prepare", at(time.Minute), at(time.Minute), 3600, p, false, false},
-		{"started 5 s after the prepare", at(10 * time.Second), at(10 * time.Second), 5, p, true, false},
-		{"started about when prepared", at(3 * time.Second), at(3 * time.Second), 3, p, false, true},
-		{"started 1 to 2 s before the prepare", at(3 * time.Second), at(3 * time.Second), 4, p, false, false},
-		{"started within a second after the prepare", at(3 * time.Second), at(3 * time.Second), 2, p, false, true},
-		{"started 2 to 3 s before the prepare", at(3 * time.Second), at(3 * time.Second), 5, p, false, false},
-		{"no prepare time", at(time.Second), at(time.Second), 0, time.Time{}, false, false},
+		{"up long before the prepare", sec(-3600), p, false, false},
+		{"started two seconds before", sec(-2), p, false, false},
+		{"started 5 s after the prepare", sec(5), p, true, false},
+		{"started 1 s after the prepare's second", sec(1), p, true, false},
+		{"started in the prepare's second: another process", sec(0), p, true, false},
+		{"started in the second before: the prepare's server, or a restart in its first second", sec(-1), p, false, true},
+		{"prepare dated to the end of the server's first second", sec(-1), p.Truncate(time.Second), false, true},
+		{"no prepare time", sec(0), time.Time{}, false, false},
 	} {
-		r, a := restartedSince(c.sent, c.got, c.uptime, c.prepared)
+		r, a := restartedSince(c.started, c.prepared)
 		if r != c.restarted || a != c.ambiguous {
 			t.Errorf("%s: restarted %v ambiguous %v, want %v %v", c.name, r, a, c.restarted, c.ambiguous)
 		}
+	}
+}
+
+// Requirement (8b): without the PROCESS privilege the RM cannot see when
+// InnoDB has detached a closed session's branch (fact 7: the process list
+// drops the session first), so phase 2 from another session keeps the
+// branch pending, even once the preparing session has left the process
+// list: RM.Commit and RM.Rollback answer ErrRetryable, saying to GRANT
+// PROCESS or that a restart makes it safe. After a restart they go ahead.
+func TestPhase2PendingWithoutProcess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := dbtest.NewMySQLServer(t)
+	db := srv.CreateDB(t)
+	raw := rawDB(t, db.DSN())
+	rollbackListedAtEnd(t, raw)
+	mustExec(t, raw, "CREATE TABLE kv (k INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
+	user := fmt.Sprintf("xa_np%d", userSeq.Add(1))
+	mustExec(t, raw, fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY 'pw'", user))
+	mustExec(t, raw, fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE ON %s.* TO '%s'@'%%'", db.Name, user))
+	cfg, _ := gomysql.ParseDSN(db.DSN())
+	cfg.User, cfg.Passwd = user, "pw"
+	rm, other := openRM(t, cfg.FormatDSN()), openRM(t, cfg.FormatDSN())
+	// A prepare within a second of the server's start cannot be told from
+	// one before a restart within that second (restartedSince); without
+	// PROCESS such a branch would stay pending after the restart too.
+	waitUptime(t, raw, 2)
+
+	type prepared struct {
+		x      xa.XID
+		o      xa.Origin
+		k      int
+		commit bool
+	}
+	var ps []prepared
+	for k, commit := range []bool{true, false} {
+		x := newXID(t)
+		b, err := rm.Start(ctx, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, conn(b), "INSERT INTO kv VALUES (?, ?)", k, k)
+		if v, err := b.Prepare(ctx); v != xa.VotePrepared {
+			t.Fatal(v, err)
+		}
+		p := prepared{x: x, o: b.(xa.OriginReporter).Origin(), k: k, commit: commit}
+		b.Close()
+		waitGone(t, raw, p.o.Session)
+		ps = append(ps, p)
+	}
+	time.Sleep(200 * time.Millisecond) // InnoDB has detached them by now; the RM cannot know
+	for range 3 {
+		for _, p := range ps {
+			for _, r := range []*RM{rm, other} {
+				var err error
+				if p.commit {
+					err = r.Commit(ctx, p.x, p.o)
+				} else {
+					err = r.Rollback(ctx, p.x, p.o)
+				}
+				wantKind(t, err, xa.ErrRetryable)
+				for _, want := range []string{"PROCESS", fmt.Sprintf("GRANT PROCESS ON *.* TO '%s'@'%%'", user), "restarts"} {
+					if !strings.Contains(err.Error(), want) {
+						t.Fatalf("%v: want it to say %q", err, want)
+					}
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	list := recoverList(t, raw)
+	for _, p := range ps {
+		if !listedIn(list, p.x) {
+			t.Fatalf("%v not pending", p.x)
+		}
+	}
+	fs, _ := other.Check(ctx)
+	if f := findings(t, fs)["PROCESS privilege"]; !strings.Contains(f.Value, "stay pending") {
+		t.Fatalf("the check does not say that branches stay pending: %+v", f)
+	}
+
+	srv.Restart(t)
+	for _, p := range ps {
+		err := retry(t, func() error {
+			if p.commit {
+				return other.Commit(ctx, p.x, p.o)
+			}
+			return other.Rollback(ctx, p.x, p.o)
+		})
+		if err != nil {
+			t.Fatalf("after a restart: %v", err)
+		}
+		if _, ok := getV(t, raw, p.k); ok != p.commit {
+			t.Fatalf("row %d present=%v, want %v", p.k, ok, p.commit)
+		}
+	}
+}
+
+// Requirement (8c): restart detection uses one clock, the server's. RMs
+// whose host clock is an hour ahead or behind (the coordinator's, and the
+// finisher's, which finishes the branch from another session) neither take
+// a live preparing session for one of a restarted server (which would send
+// XA COMMIT into the window of fact 7), nor a restarted server, whose new
+// sessions took the preparing sessions' ids, for a live one (which would
+// keep the branches pending until those sessions leave).
+func TestRestartDetectionOneClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := dbtest.NewMySQLServer(t)
+	db := srv.CreateDB(t)
+	raw := rawDB(t, db.DSN())
+	mustExec(t, raw, "CREATE TABLE kv (k INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
+	type clocked struct {
+		name string
+		rm   *RM
+	}
+	skewed := func(name string, d time.Duration) clocked {
+		return clocked{name, openRM(t, db.DSN(), func(c *Config) { c.now = func() time.Time { return time.Now().Add(d) } })}
+	}
+	coordinators := []clocked{skewed("an hour behind", -time.Hour), skewed("an hour ahead", time.Hour)}
+	finishers := []clocked{skewed("an hour ahead", time.Hour), skewed("an hour behind", -time.Hour)}
+	// Prepare more than a second after the server's start, so that the
+	// restart is told by the start times alone (restartedSince), not by
+	// the fallback for a prepare in the server's first second.
+	waitUptime(t, raw, 2)
+
+	type prepared struct {
+		coordinator string
+		finisher    clocked // the one that commits it after the restart
+		x           xa.XID
+		o           xa.Origin
+		b           xa.Branch
+		k           int
+	}
+	var ps []prepared
+	for _, c := range coordinators {
+		for _, f := range finishers {
+			k := len(ps) + 1
+			x := newXID(t)
+			b, err := c.rm.Start(ctx, x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustExec(t, conn(b), "INSERT INTO kv VALUES (?, ?)", k, k)
+			if v, err := b.Prepare(ctx); v != xa.VotePrepared {
+				t.Fatal(v, err)
+			}
+			ps = append(ps, prepared{coordinator: c.name, finisher: f, x: x, o: b.(xa.OriginReporter).Origin(), b: b, k: k})
+		}
+	}
+	// Live preparing sessions: the finishers wait, and send nothing.
+	for _, p := range ps {
+		for _, f := range finishers {
+			err := f.rm.Commit(ctx, p.x, p.o)
+			wantKind(t, err, xa.ErrRetryable)
+			if !strings.Contains(err.Error(), "still connected") || errNumber(err) != 0 {
+				t.Fatalf("branch of the coordinator %s, finisher %s: %v; want a wait for the live preparing session, with no XA COMMIT sent",
+					p.coordinator, f.name, err)
+			}
+		}
+	}
+	// Restart: the sessions are gone, the branches stay prepared, and new
+	// sessions take the preparing sessions' ids.
+	srv.Restart(t)
+	var ids []uint64
+	for _, p := range ps {
+		ids = append(ids, p.o.Session)
+	}
+	held := holdSessionIDs(t, raw, ids...)
+	if len(held) == 0 {
+		t.Fatal("no preparing session id was handed out again: the test cannot show that the finishers ignore it")
+	}
+	t.Logf("%d of the %d preparing sessions' ids now belong to new sessions", len(held), len(ids))
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for _, p := range ps {
+		if err := retry(t, func() error { return p.finisher.rm.Commit(ctx, p.x, p.o) }); err != nil {
+			t.Fatalf("branch of the coordinator %s, after a restart, committed by the finisher %s: %v", p.coordinator, p.finisher.name, err)
+		}
+		if _, ok := getV(t, raw, p.k); !ok {
+			t.Fatalf("branch of the coordinator %s: not committed", p.coordinator)
+		}
+		p.b.Close()
+	}
+}
+
+// waitUptime waits until the server has been up for at least seconds.
+func waitUptime(t *testing.T, raw *sql.DB, seconds int) {
+	t.Helper()
+	for {
+		var name string
+		var up int
+		if err := raw.QueryRow("SHOW GLOBAL STATUS LIKE 'Uptime'").Scan(&name, &up); err != nil {
+			t.Fatal(err)
+		}
+		if up >= seconds {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

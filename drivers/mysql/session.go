@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -49,7 +50,7 @@ func (rm *RM) newSession(ctx context.Context) (*session, error) {
 func (s *session) release(clean bool) {
 	if clean {
 		if s.dc.xa.Load() {
-			s.dc.cleanAt.Store(time.Now().UnixNano())
+			s.dc.cleanAt.Store(s.dc.clock.low(s.rm.now()).UnixNano())
 			s.dc.xa.Store(false)
 		}
 		s.conn.Close()
@@ -78,10 +79,44 @@ func (s *session) exec(ctx context.Context, query string) error {
 	}
 	drv, g := s.watch(ctx, nil)
 	_, err := s.conn.ExecContext(drv, query)
-	if cause := g.stop(); cause != nil && interrupted(err) {
-		return &cancelledError{ctxErr: cause, serverErr: err}
+	return g.result(err)
+}
+
+// execTimed runs query, statements that return no rows, followed by
+// SELECT @@timestamp in the same round trip, while watching ctx as exec
+// does. On success it returns the server's clock when query had completed.
+func (s *session) execTimed(ctx context.Context, query string) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, &cancelledError{ctxErr: ctxError(ctx)}
 	}
-	return err
+	drv, g := s.watch(ctx, nil)
+	var ts sql.NullFloat64
+	err := func() error {
+		rows, err := s.conn.QueryContext(drv, query+"; SELECT @@timestamp")
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for {
+			for rows.Next() {
+				if err := rows.Scan(&ts); err != nil {
+					return err
+				}
+			}
+			if !rows.NextResultSet() {
+				break
+			}
+		}
+		return rows.Err()
+	}()
+	if err = g.result(err); err != nil {
+		return time.Time{}, err
+	}
+	if !ts.Valid {
+		return time.Time{}, fmt.Errorf("mysql: SELECT @@timestamp after %.40q returned nothing", query)
+	}
+	sec := math.Floor(ts.Float64)
+	return time.Unix(int64(sec), int64(math.Round((ts.Float64-sec)*1e6))*1e3), nil
 }
 
 // interrupted reports whether err is the server's answer to a statement
@@ -101,12 +136,15 @@ func interrupted(err error) bool {
 // (with the branch on it) survives. go-sql-driver never sees the caller's
 // context (it would close the connection); it gets a context of the
 // guard's own that is cancelled only if KILL QUERY cannot be delivered, as
-// a last resort.
+// a last resort. go-sql-driver then closes the connection and answers with
+// the context's error: the statement's reply is lost, whatever the server
+// did with it (see result).
 type guard struct {
 	s         *session
 	once      sync.Once
 	fired     chan struct{} // closed when the kill has been delivered (or failed)
 	cause     error
+	dropped   bool // KILL QUERY failed: the connection was closed instead
 	stopA     func() bool
 	stopB     func() bool
 	cancelDrv context.CancelFunc
@@ -129,6 +167,7 @@ func (g *guard) kill(ctx context.Context) {
 		g.cause = ctxError(ctx)
 		if err := g.s.rm.killQuery(g.s.id); err != nil {
 			g.s.rm.log.Warn("mysql: KILL QUERY failed; closing the connection instead", "session", g.s.id, "err", err)
+			g.dropped = true
 			g.cancelDrv()
 		}
 		close(g.fired)
@@ -150,6 +189,45 @@ func (g *guard) stop() error {
 	<-g.fired
 	return g.cause
 }
+
+// result disarms the guard and returns the error to report for a statement
+// that returned err: a *cancelledError when the guard's context ended and
+// the server answered that it interrupted the statement; a *droppedError,
+// which connectionLost recognises, when the guard had to close the
+// connection (the server may have run the statement, and the session may
+// still be running it); err otherwise.
+func (g *guard) result(err error) error {
+	err, cause := g.finish(err)
+	if cause != nil && interrupted(err) {
+		return &cancelledError{ctxErr: cause, serverErr: err}
+	}
+	return err
+}
+
+// finish disarms the guard (see stop) and returns err, turned into a
+// *droppedError when the guard closed the connection, and the cause of the
+// context that ended, if any.
+func (g *guard) finish(err error) (error, error) {
+	cause := g.stop()
+	if err != nil && cause != nil && g.dropped {
+		err = &droppedError{ctxErr: cause, err: err}
+	}
+	return err, cause
+}
+
+// droppedError is what a statement returns when its context ended, KILL
+// QUERY could not be delivered and the connection was closed under it: the
+// reply is lost. It matches the context's error and driver.ErrBadConn.
+type droppedError struct {
+	ctxErr error
+	err    error
+}
+
+func (e *droppedError) Error() string {
+	return fmt.Sprintf("%v: KILL QUERY could not be sent, so the connection was closed and the reply is lost (%v)", e.ctxErr, e.err)
+}
+
+func (e *droppedError) Unwrap() []error { return []error{e.ctxErr, driver.ErrBadConn, e.err} }
 
 // killQuery interrupts the statement running on session id. A session that
 // is gone (1094) is not an error.
