@@ -310,6 +310,14 @@ func (rm *RM) finish(ctx context.Context, op string, xid xa.XID, from xa.Origin)
 		if op == opRollback {
 			return nil
 		}
+		if errNumber(err) == erXARBRollback && s.server.mariaDB {
+			// MariaDB answers 1402 to XA COMMIT of a detached prepared
+			// branch that wrote nothing (InnoDB holds no transaction for
+			// it): committing and rolling back it are the same, nothing.
+			// It is not a heuristic rollback, which MariaDB never takes
+			// (TestDetachedReadOnlyBranch).
+			return nil
+		}
 		return rm.rmError(op, xid, xa.ErrRolledBack, err)
 	case erXAERRMFail, erXAEROutside:
 		// The pooled session is in a state it should not be in.
