@@ -11,7 +11,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/xadb/xa/internal/memrm"
+	"github.com/xadb/xa/internal/testrig/memrm"
 	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/xa"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xadb/xa/internal/memrm"
+	"github.com/xadb/xa/internal/testrig/memrm"
 	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/xa"
 )

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/xadb/xa/internal/dbtest"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }

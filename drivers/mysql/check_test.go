@@ -10,7 +10,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
-	"github.com/xadb/xa/internal/dbtest"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/xa"
 )
 

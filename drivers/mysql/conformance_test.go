@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/xadb/xa/drivers/rmtest"
-	"github.com/xadb/xa/internal/dbtest"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/xa"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xadb/xa/internal/dbtest"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/xa"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/xadb/xa/internal/dbtest"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/xa"
 )
 

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/xadb/xa/internal/dbtest"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/xa"
 )
 
-// TestMain runs the tests against real servers (internal/dbtest). The
+// TestMain runs the tests against real servers (internal/testrig/dbtest). The
 // tests mostly wait on the database, so unless -parallel is given they run
 // at least eight at a time even on a machine with fewer CPUs.
 func TestMain(m *testing.M) {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/xadb/xa/internal/memrm"
+	"github.com/xadb/xa/internal/testrig/memrm"
 	"github.com/xadb/xa/xa"
 )
 

@@ -11,7 +11,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/xadb/xa/internal/dbtest"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/xa"
 )
 

@@ -15,7 +15,7 @@ import (
 	_ "github.com/go-sql-driver/mysql" // raw SQL on the MySQL side
 	"github.com/jackc/pgx/v5"
 
-	"github.com/xadb/xa/internal/dbtest"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/xa"
 )
 

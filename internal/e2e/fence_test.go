@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/xadb/xa/internal/dbtest"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/internal/lab/bank"
 	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/recovery/filelog"

@@ -30,7 +30,7 @@ const module = "github.com/xadb/xa"
 
 // testRigs are the packages (and their sub-packages) that give tests
 // servers, participants and faults. When they move, change this line.
-var testRigs = []string{"internal/dbtest", "internal/memrm", "internal/faultproxy", "internal/localdb"}
+var testRigs = []string{"internal/testrig/dbtest", "internal/testrig/memrm", "internal/testrig/faultproxy", "internal/testrig/localdb"}
 
 // lab is the lab's room.
 const lab = "internal/lab"
@@ -260,10 +260,10 @@ func TestHelpersImportNoInternal(t *testing.T) {
 	for _, p := range testHelpers {
 		t.Run(strings.ReplaceAll(p, "/", "_"), func(t *testing.T) {
 			if p == "drivers/rmtest" {
-				// TODO(rmtest): drivers/rmtest imports internal/dbtest for its
+				// TODO(rmtest): drivers/rmtest imports internal/testrig/dbtest for its
 				// servers; it is being changed to take them from its caller.
 				// Remove this skip once it imports nothing under internal/.
-				t.Skip("TODO: drivers/rmtest imports internal/dbtest (being fixed in drivers/rmtest)")
+				t.Skip("TODO: drivers/rmtest imports internal/testrig/dbtest (being fixed in drivers/rmtest)")
 			}
 			deps(t, p).forbid(t, fmt.Sprintf("exported test helper %s depends on an internal package", p), module+"/internal")
 		})

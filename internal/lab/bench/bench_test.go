@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xadb/xa/internal/dbtest"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/recovery/filelog"
 )
 

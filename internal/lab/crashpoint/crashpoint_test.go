@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/xadb/xa/internal/memrm"
+	"github.com/xadb/xa/internal/testrig/memrm"
 	"github.com/xadb/xa/xa"
 )
 

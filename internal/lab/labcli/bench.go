@@ -9,7 +9,7 @@ import (
 
 	"github.com/xadb/xa/internal/lab/bench"
 	"github.com/xadb/xa/internal/lab/logbench"
-	"github.com/xadb/xa/internal/localdb"
+	"github.com/xadb/xa/internal/testrig/localdb"
 	"github.com/xadb/xa/recovery/filelog"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/xadb/xa/internal/cli"
 	"github.com/xadb/xa/internal/lab/bank"
-	"github.com/xadb/xa/internal/localdb"
+	"github.com/xadb/xa/internal/testrig/localdb"
 	"github.com/xadb/xa/xa"
 )
 

@@ -25,7 +25,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/xadb/xa/internal/localdb"
+	"github.com/xadb/xa/internal/testrig/localdb"
 )
 
 // Exit codes.

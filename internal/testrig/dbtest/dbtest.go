@@ -34,7 +34,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/xadb/xa/internal/localdb"
+	"github.com/xadb/xa/internal/testrig/localdb"
 )
 
 // Kind says which protocol a server speaks.

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xadb/xa/internal/memrm"
+	"github.com/xadb/xa/internal/testrig/memrm"
 	"github.com/xadb/xa/recovery/logtest"
 	"github.com/xadb/xa/xa"
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/xadb/xa/internal/localdb"
+	"github.com/xadb/xa/internal/testrig/localdb"
 )
 
 // localCtl controls a server process of internal/localdb.
