@@ -15,10 +15,13 @@ import (
 // contracts against the real server.
 func TestConformance(t *testing.T) {
 	rmtest.Run(t, rmtest.Target{
-		Flavor: dbtest.SharedServer(t, dbtest.MySQL).Flavor,
-		Open: func(t testing.TB, db *dbtest.DB) xa.ResourceManager {
-			return openRM(t, db.DSN())
+		Kind:     "mysql",
+		Database: func(t testing.TB) rmtest.Database { return dbtest.MySQLDB(t) },
+		PrivateDatabase: func(t testing.TB) (rmtest.Database, rmtest.Server) {
+			srv := dbtest.NewMySQLServer(t)
+			return srv.CreateDB(t), srv
 		},
+		Open: func(t testing.TB, dsn string) xa.ResourceManager { return openRM(t, dsn) },
 		Put: func(ctx context.Context, session any, k, v int) error {
 			_, err := session.(*Conn).ExecContext(ctx,
 				"INSERT INTO kv (k, v) VALUES (?, ?) ON DUPLICATE KEY UPDATE v = VALUES(v)", k, v)

@@ -15,10 +15,13 @@ import (
 // contracts against a real PostgreSQL.
 func TestConformance(t *testing.T) {
 	rmtest.Run(t, rmtest.Target{
-		Flavor: "postgres",
-		Open: func(t testing.TB, db *dbtest.DB) xa.ResourceManager {
-			return openRM(t, db.DSN())
+		Kind:     "postgres",
+		Database: func(t testing.TB) rmtest.Database { return dbtest.PostgresDB(t) },
+		PrivateDatabase: func(t testing.TB) (rmtest.Database, rmtest.Server) {
+			srv := dbtest.NewPostgresServer(t)
+			return srv.CreateDB(t), srv
 		},
+		Open: func(t testing.TB, dsn string) xa.ResourceManager { return openRM(t, dsn) },
 		Put: func(ctx context.Context, session any, k, v int) error {
 			_, err := session.(*Conn).Exec(ctx,
 				"INSERT INTO kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v", k, v)

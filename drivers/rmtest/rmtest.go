@@ -11,21 +11,31 @@ import (
 	"context"
 	"testing"
 
-	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/xa"
 )
 
-// Target adapts one driver to the suite.
+// Target adapts one driver to the suite. The suite imports no test rig:
+// the driver's test gives it databases (from whatever starts servers in
+// that module: internal/testrig/dbtest here).
 type Target struct {
-	// Flavor is "mariadb", "mysql" or "postgres".
-	Flavor string
+	// Kind is the participant kind: "mysql" (also MariaDB) or "postgres";
+	// it selects the SQL dialect of the suite's own statements.
+	Kind string
 
-	// Open returns a resource manager on db (a fresh database whose table
-	// kv (k INT PRIMARY KEY, v INT NOT NULL) the suite has created).
-	// Each call returns a new, independent instance with its own pool, as
-	// another process would have; the suite closes it with t.Cleanup
-	// registered by Open.
-	Open func(t testing.TB, db *dbtest.DB) xa.ResourceManager
+	// Database returns a fresh, empty database on a shared server, where
+	// other tests run too.
+	Database func(t testing.TB) Database
+
+	// PrivateDatabase returns a fresh database on a server of its own,
+	// which the suite may stop, kill and start.
+	PrivateDatabase func(t testing.TB) (Database, Server)
+
+	// Open returns a resource manager on the database dsn (where the suite
+	// has created table kv (k INT PRIMARY KEY, v INT NOT NULL)). Each call
+	// returns a new, independent instance with its own pool, as another
+	// process would have; the suite closes it with t.Cleanup registered by
+	// Open.
+	Open func(t testing.TB, dsn string) xa.ResourceManager
 
 	// Put inserts or updates row k to v through a branch's session
 	// (Branch.Session()).
@@ -38,4 +48,17 @@ type Target struct {
 	// Exec runs one statement through a branch's session (to test what
 	// the session refuses or how errors surface).
 	Exec func(ctx context.Context, session any, query string) error
+}
+
+// Database is a database the suite may use.
+type Database interface {
+	// DSN is the driver's DSN for the database, with full rights on it.
+	DSN() string
+}
+
+// Server is a database server of the test's own.
+type Server interface {
+	Stop(t testing.TB)  // clean shutdown
+	Kill(t testing.TB)  // kill -9
+	Start(t testing.TB) // start again, same data
 }

@@ -15,7 +15,6 @@ import (
 	_ "github.com/go-sql-driver/mysql" // raw SQL on the MySQL side
 	"github.com/jackc/pgx/v5"
 
-	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/xa"
 )
 
@@ -73,51 +72,44 @@ func (s *suite) xid(t testing.TB) xa.XID {
 	return g.Branch(0)
 }
 
-func (s *suite) kind() dbtest.Kind {
-	if s.target.Flavor == "postgres" {
-		return dbtest.Postgres
-	}
-	return dbtest.MySQL
-}
+func (s *suite) postgres() bool { return s.target.Kind == "postgres" }
 
 // env is one database with table kv and a resource manager on it.
 type env struct {
 	t   testing.TB
 	s   *suite
-	db  *dbtest.DB
+	db  Database
 	rm  xa.ResourceManager
 	ctx context.Context
 }
 
 func (s *suite) newEnv(t testing.TB) *env {
 	t.Helper()
-	var db *dbtest.DB
-	if s.kind() == dbtest.Postgres {
-		db = dbtest.PostgresDB(t)
-	} else {
-		db = dbtest.MySQLDB(t)
-	}
-	return s.envOn(t, db)
+	return s.envOn(t, s.target.Database(t))
 }
 
-func (s *suite) envOn(t testing.TB, db *dbtest.DB) *env {
+func (s *suite) envOn(t testing.TB, db Database) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
+	e := &env{t: t, s: s, db: db, ctx: ctx}
 	ddl := "CREATE TABLE kv (k INT PRIMARY KEY, v INT NOT NULL)"
-	if s.kind() == dbtest.MySQL {
+	if !s.postgres() {
 		ddl += " ENGINE=InnoDB"
 	}
-	if err := db.Server.Exec(ctx, db.Name, ddl); err != nil {
+	r := e.raw()
+	if err := r.exec(ctx, ddl); err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, s: s, db: db, rm: s.target.Open(t, db), ctx: ctx}
+	r.close()
+	e.rm = s.target.Open(t, db.DSN())
+	return e
 }
 
 // raw returns a plain connection to the database, outside any XA branch.
 func (e *env) raw() rawConn {
 	e.t.Helper()
-	if e.s.kind() == dbtest.Postgres {
+	if e.s.postgres() {
 		c, err := pgx.Connect(e.ctx, e.db.DSN())
 		if err != nil {
 			e.t.Fatal(err)
@@ -406,7 +398,7 @@ func (s *suite) testBinaryXID(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rm2 := s.target.Open(t, e.db)
+	rm2 := s.target.Open(t, e.db.DSN())
 	eventually(t, "RM.Commit of binary XID", func() error { return rm2.Commit(e.ctx, x, xa.Origin{}) })
 	e.wantValue(1, 10)
 	if e.listed(rm2, x) {
@@ -495,7 +487,7 @@ func (e *env) foreign(k int) (match func(xa.PreparedBranch) bool, cleanup func()
 	e.t.Helper()
 	r := e.raw()
 	name := fmt.Sprintf("other-app-%d-%d", seq.Add(1), time.Now().UnixNano())
-	if e.s.kind() == dbtest.Postgres {
+	if e.s.postgres() {
 		// Almost ours: our prefix with a malformed id must not pass.
 		gid := "2019622913:xa1.node." + name + ":0"
 		for _, q := range []string{"BEGIN", fmt.Sprintf("INSERT INTO kv VALUES (%d, 1)", k), "PREPARE TRANSACTION '" + gid + "'"} {
@@ -583,7 +575,7 @@ func (s *suite) testSurvivesDisconnect(t *testing.T) {
 	} else if c, ok := e.rm.(interface{ Close() }); ok {
 		c.Close()
 	}
-	rm2 := s.target.Open(t, e.db)
+	rm2 := s.target.Open(t, e.db.DSN())
 	if !e.listed(rm2, x) {
 		t.Fatal("prepared branch not listed after its session closed")
 	}
@@ -593,13 +585,8 @@ func (s *suite) testSurvivesDisconnect(t *testing.T) {
 }
 
 func (s *suite) testSurvivesRestart(t *testing.T, kill bool) {
-	var srv *dbtest.Server
-	if s.kind() == dbtest.Postgres {
-		srv = dbtest.NewPostgresServer(t)
-	} else {
-		srv = dbtest.NewMySQLServer(t)
-	}
-	e := s.envOn(t, srv.CreateDB(t))
+	db, srv := s.target.PrivateDatabase(t)
+	e := s.envOn(t, db)
 	x1, x2 := s.xid(t), s.xid(t)
 	for i, x := range []xa.XID{x1, x2} {
 		b := e.start(x)
@@ -613,7 +600,7 @@ func (s *suite) testSurvivesRestart(t *testing.T, kill bool) {
 		srv.Stop(t)
 	}
 	srv.Start(t)
-	rm2 := s.target.Open(t, e.db)
+	rm2 := s.target.Open(t, e.db.DSN())
 	if !e.listed(rm2, x1) || !e.listed(rm2, x2) {
 		t.Fatal("prepared branches not listed after restart")
 	}

@@ -259,12 +259,6 @@ func TestHelpersImportNoInternal(t *testing.T) {
 	t.Parallel()
 	for _, p := range testHelpers {
 		t.Run(strings.ReplaceAll(p, "/", "_"), func(t *testing.T) {
-			if p == "drivers/rmtest" {
-				// TODO(rmtest): drivers/rmtest imports internal/testrig/dbtest for its
-				// servers; it is being changed to take them from its caller.
-				// Remove this skip once it imports nothing under internal/.
-				t.Skip("TODO: drivers/rmtest imports internal/testrig/dbtest (being fixed in drivers/rmtest)")
-			}
 			deps(t, p).forbid(t, fmt.Sprintf("exported test helper %s depends on an internal package", p), module+"/internal")
 		})
 	}
