@@ -3,6 +3,7 @@ package xa
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Severity grades a Finding.
@@ -50,4 +51,23 @@ func CheckFindings(rm string, fs []Finding) error {
 		return nil
 	}
 	return &Error{Op: "check", RM: rm, Kind: ErrMisconfigured, Err: fmt.Errorf("%s", b.String())}
+}
+
+// MaxClockSkew is the clock difference from which ClockFinding warns.
+const MaxClockSkew = 5 * time.Second
+
+// ClockFinding compares a server's clock with this machine's: server is
+// the server's time, read by a query sent at sent whose reply came at
+// received (this machine's clock). Recovery measures ages on one clock
+// where it can, and its safety does not depend on clocks (the fence), but
+// a skew makes presumed abort come early or late: it warns from
+// MaxClockSkew.
+func ClockFinding(server, sent, received time.Time) Finding {
+	skew := server.Sub(sent.Add(received.Sub(sent) / 2))
+	f := Finding{Name: "clock skew", Value: skew.Round(time.Millisecond).String(), Severity: SeverityOK}
+	if skew > MaxClockSkew || skew < -MaxClockSkew {
+		f.Severity = SeverityWarn
+		f.Fix = "synchronise the clocks (NTP): branch ages, grace periods and restart detection compare them"
+	}
+	return f
 }

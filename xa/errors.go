@@ -35,6 +35,12 @@ var (
 	// message says how to fix it.
 	ErrMisconfigured = errors.New("xa: database misconfigured for two-phase commit")
 
+	// ErrConnect: the database could not be reached or refused the
+	// session (wrong address, user, password or database name, a missing
+	// right to connect). Nothing was done; the message says which and how
+	// to fix it.
+	ErrConnect = errors.New("xa: cannot connect to the database")
+
 	// ErrInvalidState: the command is not allowed in the branch's current
 	// state (MySQL XAER_RMFAIL/XAER_OUTSIDE). The branch is unchanged.
 	ErrInvalidState = errors.New("xa: command not allowed in the branch's state")
@@ -167,3 +173,17 @@ func (e *HeuristicError) Error() string {
 
 // Unwrap returns ErrHeuristic.
 func (e *HeuristicError) Unwrap() error { return ErrHeuristic }
+
+// ConnectError says what failed when a database could not be reached or
+// refused the session (the kind of its *Error is ErrConnect), and how to
+// fix it.
+type ConnectError struct {
+	What string // e.g. "authentication failed as 'app'@'%' at db1:3306"
+	Fix  string
+	Err  error // the driver's error
+}
+
+func (e *ConnectError) Error() string { return fmt.Sprintf("%s (fix: %s): %v", e.What, e.Fix, e.Err) }
+
+// Unwrap returns the driver's error.
+func (e *ConnectError) Unwrap() error { return e.Err }

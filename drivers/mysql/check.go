@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/xadb/xa/xa"
 )
@@ -126,6 +127,12 @@ func (rm *RM) Check(ctx context.Context) ([]xa.Finding, error) {
 	} else {
 		add("log_bin", "OFF", xa.SeverityOK, "")
 	}
+	sent := time.Now()
+	var us int64
+	if err := rm.db.QueryRowContext(ctx, "SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)").Scan(&us); err != nil {
+		return fail(err)
+	}
+	fs = append(fs, xa.ClockFinding(time.UnixMicro(us), sent, time.Now()))
 	return fs, xa.CheckFindings(rm.name, fs)
 }
 

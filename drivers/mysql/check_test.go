@@ -153,18 +153,24 @@ func TestOpenErrors(t *testing.T) {
 	cfg, _ := gomysql.ParseDSN(db.DSN())
 	cfg.Passwd = "wrong password"
 	_, err = Open(ctx, Config{Name: "x", DSN: cfg.FormatDSN()})
-	wantKind(t, err, xa.ErrMisconfigured)
+	wantKind(t, err, xa.ErrConnect)
 	wantMySQLErr(t, err, erAccessDenied)
+	if errors.Is(err, xa.ErrMisconfigured) || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("a wrong password: %v; want a failed login, not a two-phase-commit misconfiguration", err)
+	}
 
 	cfg, _ = gomysql.ParseDSN(db.DSN())
 	cfg.DBName = "no_such_database"
 	_, err = Open(ctx, Config{Name: "x", DSN: cfg.FormatDSN()})
-	wantKind(t, err, xa.ErrMisconfigured)
+	wantKind(t, err, xa.ErrConnect)
 	wantMySQLErr(t, err, erBadDB)
+	if !strings.Contains(err.Error(), "no such database") {
+		t.Fatalf("unknown database: %v", err)
+	}
 
 	dsn := closedPortDSN(t)
 	_, err = Open(ctx, Config{Name: "x", DSN: dsn})
-	if err == nil || errors.Is(err, xa.ErrMisconfigured) || !strings.Contains(err.Error(), "cannot connect") {
+	if !errors.Is(err, xa.ErrConnect) || errors.Is(err, xa.ErrMisconfigured) || !strings.Contains(err.Error(), "cannot reach the server") {
 		t.Fatalf("closed port: %v", err)
 	}
 	rm, err := Open(ctx, Config{Name: "x", DSN: dsn, SkipCheck: true})

@@ -16,7 +16,7 @@ import (
 func TestConformance(t *testing.T) {
 	rmtest.Run(t, rmtest.Target{
 		Kind:     "mysql",
-		Database: func(t testing.TB) rmtest.Database { return dbtest.MySQLDB(t) },
+		Database: func(t testing.TB) rmtest.Database { return dbtest.ForKind(t, "mysql") },
 		PrivateDatabase: func(t testing.TB) (rmtest.Database, rmtest.Server) {
 			srv := dbtest.NewMySQLServer(t)
 			return srv.CreateDB(t), srv

@@ -89,8 +89,12 @@ func classify(op string, err error) error {
 			return xa.ErrDuplicateXID
 		case erXARBRollback, erXARBTimeout, erXARBDeadlock, erLockDeadlock:
 			return xa.ErrRolledBack
-		case erXAERRMErr, erSpecificAccess, erTableAccessDenied, erDBAccessDenied, erAccessDenied:
+		case erXAERRMErr, erSpecificAccess, erTableAccessDenied:
 			return xa.ErrMisconfigured
+		case erAccessDenied, erDBAccessDenied, erBadDB:
+			// The login, or the right to use the DSN's database, was
+			// refused: a connection problem, not the server's XA set-up.
+			return xa.ErrConnect
 		case erLockWaitTimeout:
 			switch op {
 			case opCommit, opRollback:
@@ -214,16 +218,38 @@ func fixFor(err error, user string) string {
 		return fmt.Sprintf("MySQL 8 needs the XA_RECOVER_ADMIN privilege for XA RECOVER: GRANT XA_RECOVER_ADMIN ON *.* TO %s", user)
 	case erSpecificAccess:
 		return fmt.Sprintf("grant the privilege the message names to %s (GRANT <privilege> ON *.* TO %s)", user, user)
-	case erTableAccessDenied, erDBAccessDenied:
+	case erTableAccessDenied:
 		return fmt.Sprintf("grant %s the privileges the message names on the database", user)
-	case erAccessDenied:
-		return "check the user and password in the DSN"
 	}
 	return ""
 }
 
+// connectProblem says what kind of connection failure err is and how to
+// fix it; what is "" when err is none.
+func connectProblem(err error) (what, fix string) {
+	switch errNumber(err) {
+	case erAccessDenied:
+		return "authentication failed", "check the user and password in the DSN, and that the user may connect from this host"
+	case erDBAccessDenied:
+		return "access to the database denied", "grant the user access to the database named in the DSN"
+	case erBadDB:
+		return "no such database", "check the database named in the DSN"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || connectionLost(err) {
+		return "cannot reach the server", "check the address in the DSN and that the server runs"
+	}
+	return "", ""
+}
+
 // rmError builds the *xa.Error of op.
 func (rm *RM) rmError(op string, xid xa.XID, kind error, err error) error {
+	var ce *xa.ConnectError
+	if kind == xa.ErrConnect && !errors.As(err, &ce) {
+		if what, fix := connectProblem(err); what != "" {
+			err = &xa.ConnectError{What: fmt.Sprintf("%s as %s at %s", what, rm.user, rm.addr), Fix: fix, Err: err}
+		}
+	}
 	if kind == xa.ErrMisconfigured && !strings.Contains(err.Error(), "(fix: ") {
 		if fix := fixFor(err, rm.user); fix != "" {
 			err = fmt.Errorf("%w (fix: %s)", err, fix)

@@ -32,7 +32,8 @@ type Config struct {
 	MaxConns int
 	// Logger receives the RM's diagnostics; nil discards them.
 	Logger *slog.Logger
-	// SkipCheck makes Open neither ping the server nor run Check.
+	// SkipCheck makes Open neither ping the server nor run Check (Ping
+	// and Check can be called later).
 	SkipCheck bool
 
 	// now replaces time.Now (tests: a clock far off).
@@ -125,13 +126,9 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 	if cfg.SkipCheck {
 		return rm, nil
 	}
-	if err := rm.db.PingContext(ctx); err != nil {
+	if err := rm.Ping(ctx); err != nil {
 		rm.Close()
-		kind := classify(opOpen, err)
-		if errNumber(err) == erBadDB {
-			kind = xa.ErrMisconfigured
-		}
-		return nil, rm.rmError(opOpen, xa.XID{}, kind, fmt.Errorf("cannot connect to %s as %q: %w", dsn.Addr, dsn.User, err))
+		return nil, err
 	}
 	fs, err := rm.Check(ctx)
 	for _, f := range fs {
@@ -146,6 +143,16 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 		return nil, err
 	}
 	return rm, nil
+}
+
+// Ping connects to the server once. A failure is an error of kind
+// xa.ErrConnect that says what failed (the login, the database, the
+// address) and how to fix it.
+func (rm *RM) Ping(ctx context.Context) error {
+	if err := rm.db.PingContext(ctx); err != nil {
+		return rm.rmError(opOpen, xa.XID{}, xa.ErrConnect, err)
+	}
+	return nil
 }
 
 // erBadDB is ER_BAD_DB_ERROR: the DSN names an unknown database.

@@ -30,7 +30,8 @@ const minServerVersion = 120000
 //     xactl must connect as this role;
 //   - oldest prepared transaction in this database: Warn when one is
 //     older than ten minutes: prepared transactions keep their locks and
-//     hold back VACUUM (transaction id wraparound; fact 15).
+//     hold back VACUUM (transaction id wraparound; fact 15);
+//   - clock skew between the server and this machine (xa.ClockFinding).
 //
 // The error is xa.CheckFindings' (wrapping xa.ErrMisconfigured) when a
 // finding fails, or the error that kept the check from running.
@@ -123,6 +124,12 @@ func (rm *RM) Check(ctx context.Context) ([]xa.Finding, error) {
 			}
 		}
 	}
+	sent := time.Now()
+	var server time.Time
+	if err := c.QueryRow(ctx, "SELECT clock_timestamp()", pgx.QueryExecModeExec).Scan(&server); err != nil {
+		return fs, rm.xaErr(opCheck, xa.XID{}, err)
+	}
+	fs = append(fs, xa.ClockFinding(server, sent, time.Now()))
 	return fs, xa.CheckFindings(rm.name, fs)
 }
 

@@ -68,7 +68,8 @@ func TestOpenErrors(t *testing.T) {
 		{Config{DSN: db.DSN()}, []string{"Name is required"}},
 		{Config{Name: "pg", DSN: "postgres://u:s3cret@host:notaport/db"}, []string{"invalid DSN"}},
 		{Config{Name: "pg", DSN: "host=127.0.0.1 port=1 user=u password=s3cret dbname=x sslmode=disable connect_timeout=5"}, []string{"cannot reach the database", "127.0.0.1"}},
-		{Config{Name: "pg", DSN: db.Server.DSN("no_such_database")}, []string{"cannot reach the database", "no_such_database"}},
+		{Config{Name: "pg", DSN: db.Server.DSN("no_such_database")}, []string{"no such database", "no_such_database"}},
+		{Config{Name: "pg", DSN: db.Server.DSN(db.Name) + "&user=nosuchuser"}, []string{"the server refused the login", "nosuchuser"}},
 	} {
 		rm, err := Open(ctx, tc.cfg)
 		if err == nil {
@@ -77,7 +78,7 @@ func TestOpenErrors(t *testing.T) {
 			continue
 		}
 		var xe *xa.Error
-		if !errors.As(err, &xe) || xe.Op != "open" {
+		if !errors.As(err, &xe) || xe.Op != "open" || (tc.cfg.Name != "" && !strings.Contains(tc.cfg.DSN, "notaport") && !errors.Is(err, xa.ErrConnect)) {
 			t.Errorf("Open(%q) = %#v, want an *xa.Error of op open", tc.cfg.DSN, err)
 		}
 		for _, w := range tc.want {

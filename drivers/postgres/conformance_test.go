@@ -16,7 +16,7 @@ import (
 func TestConformance(t *testing.T) {
 	rmtest.Run(t, rmtest.Target{
 		Kind:     "postgres",
-		Database: func(t testing.TB) rmtest.Database { return dbtest.PostgresDB(t) },
+		Database: func(t testing.TB) rmtest.Database { return dbtest.ForKind(t, "postgres") },
 		PrivateDatabase: func(t testing.TB) (rmtest.Database, rmtest.Server) {
 			srv := dbtest.NewPostgresServer(t)
 			return srv.CreateDB(t), srv

@@ -173,6 +173,23 @@ func classifyServer(op string, pe *pgconn.PgError) (kind error, fix string) {
 	return nil, ""
 }
 
+// connectProblem says what kind of connection failure err is and how to
+// fix it.
+func connectProblem(err error) (what, fix string) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "28P01":
+			return "authentication failed", "check the user and password in the DSN"
+		case strings.HasPrefix(pe.Code, "28"):
+			return "the server refused the login", "check the user in the DSN, and the server's pg_hba.conf"
+		case pe.Code == "3D000":
+			return "no such database", "check the database named in the DSN"
+		}
+	}
+	return "cannot reach the database", "check the address in the DSN and that the server runs"
+}
+
 // fatal reports whether the server ended the session with pe.
 func fatal(pe *pgconn.PgError) bool {
 	s := pe.SeverityUnlocalized

@@ -119,7 +119,10 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Err: fmt.Errorf("cannot reach the database: %w", err)}
+		what, fix := connectProblem(err)
+		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Kind: xa.ErrConnect, Err: &xa.ConnectError{
+			What: fmt.Sprintf("%s as %q at %s:%d, database %q", what, pc.ConnConfig.User, pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database),
+			Fix:  fix, Err: err}}
 	}
 	rm := &RM{name: cfg.Name, pool: pool, log: log.With("rm", cfg.Name), oldPrepared: 10 * time.Minute,
 		live: map[*branch]struct{}{}}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -10,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/xadb/xa/internal/config"
@@ -116,16 +113,14 @@ func doctorParticipant(ctx context.Context, pc config.Participant, grace time.Du
 	p, err := openParticipant(ctx, pc, g.logger())
 	if err != nil {
 		fix := "check the DSN, that the server runs and that this host may connect"
-		if what, why := connProblem(err); what != "" {
-			fix = why
+		var ce *xa.ConnectError
+		if errors.As(err, &ce) {
+			return fail("connect", fmt.Sprintf("%s: %v", ce.What, ce.Err), ce.Fix)
 		}
 		return fail("connect", err.Error(), fix)
 	}
 	defer p.close()
-	fs, _ := p.checker.Check(ctx) // the findings say what failed
-	if f, ok := clockFinding(ctx, pc); ok {
-		fs = append(fs, f)
-	}
+	fs, _ := p.checker.Check(ctx) // the findings say what failed; the clock's among them
 	list, err := p.rm.Recover(ctx)
 	if err != nil {
 		return append(fs, xa.Finding{Name: "prepared branches", Value: explainAll([]error{err})[0].Error(), Severity: xa.SeverityFail, Fix: "recovery needs to list prepared branches: see the privilege findings"})
@@ -162,49 +157,6 @@ func doctorParticipant(ctx context.Context, pc config.Participant, grace time.Du
 		f.Severity, f.Fix = xa.SeverityWarn, "other applications' prepared branches hold locks (and in PostgreSQL hold back VACUUM); their owner must resolve them (xactl commit/rollback --force as a last resort)"
 	}
 	return append(fs, f)
-}
-
-// clockFinding compares the server's clock with this machine's: ages of
-// prepared branches and the grace period rely on them agreeing.
-func clockFinding(ctx context.Context, pc config.Participant) (xa.Finding, bool) {
-	var server time.Time
-	t0 := time.Now()
-	switch pc.Driver {
-	case "mysql":
-		mc, err := gomysql.ParseDSN(pc.DSN)
-		if err != nil {
-			return xa.Finding{}, false
-		}
-		mc.ParseTime = true
-		db, err := sql.Open("mysql", mc.FormatDSN())
-		if err != nil {
-			return xa.Finding{}, false
-		}
-		defer db.Close()
-		var us int64
-		if err := db.QueryRowContext(ctx, "SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)").Scan(&us); err != nil {
-			return xa.Finding{}, false
-		}
-		server = time.UnixMicro(us)
-	case "postgres":
-		conn, err := pgx.Connect(ctx, pc.DSN)
-		if err != nil {
-			return xa.Finding{}, false
-		}
-		defer conn.Close(ctx)
-		if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&server); err != nil {
-			return xa.Finding{}, false
-		}
-	default:
-		return xa.Finding{}, false
-	}
-	rtt := time.Since(t0)
-	skew := server.Sub(t0.Add(rtt / 2))
-	f := xa.Finding{Name: "clock skew", Value: skew.Round(time.Millisecond).String(), Severity: xa.SeverityOK}
-	if skew > 5*time.Second || skew < -5*time.Second {
-		f.Severity, f.Fix = xa.SeverityWarn, "synchronise clocks (NTP): branch ages and the presumed-abort grace period assume they agree"
-	}
-	return f, true
 }
 
 // doctorLog checks the decision log without taking it, and returns its

@@ -24,6 +24,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/xadb/xa/drivers"
 	"github.com/xadb/xa/xa"
 )
 
@@ -172,9 +173,8 @@ func (c *Config) Defaults() {
 		c.Recovery.Interval = Duration(10 * time.Second)
 	}
 	for i := range c.Participants {
-		c.Participants[i].Driver = strings.ToLower(c.Participants[i].Driver)
-		if c.Participants[i].Driver == "mariadb" {
-			c.Participants[i].Driver = "mysql"
+		if k, ok := drivers.Lookup(c.Participants[i].Driver); ok {
+			c.Participants[i].Driver = k.Name // aliases become the kind's name
 		}
 	}
 }
@@ -224,14 +224,15 @@ func (c *Config) Validate(need Need) error {
 			errs = append(errs, fmt.Errorf("participants[%d]: name %q used twice", i, p.Name))
 		}
 		seen[p.Name] = true
-		if p.Driver != "mysql" && p.Driver != "postgres" {
-			errs = append(errs, fmt.Errorf("participant %q: driver %q: want mysql (also for MariaDB) or postgres", p.Name, p.Driver))
+		k, ok := drivers.Lookup(p.Driver)
+		if !ok {
+			errs = append(errs, fmt.Errorf("participant %q: driver %q: want one of %s", p.Name, p.Driver, kindList()))
 		}
 		if p.DSN == "" {
 			errs = append(errs, fmt.Errorf("participant %q: dsn is empty", p.Name))
 		}
-		if p.DecisionTable != "" && p.Driver != "postgres" {
-			errs = append(errs, fmt.Errorf("participant %q: decision_table is for postgres participants", p.Name))
+		if ok && p.DecisionTable != "" && !k.DecisionTables {
+			errs = append(errs, fmt.Errorf("participant %q: decision_table: a %s participant cannot hold one (%s)", p.Name, k.Name, tableKinds()))
 		}
 	}
 	for _, n := range c.Recovery.Nodes {
@@ -277,3 +278,27 @@ func (c *Config) Participant(name string) (Participant, bool) {
 
 // Marshal writes the configuration as YAML.
 func (c *Config) Marshal() ([]byte, error) { return yaml.Marshal(c) }
+
+// kindList names the participant kinds, with their aliases.
+func kindList() string {
+	var out []string
+	for _, k := range drivers.Kinds() {
+		s := k.Name
+		if len(k.Aliases) > 0 {
+			s += " (also " + strings.Join(k.Aliases, ", ") + ")"
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ", ")
+}
+
+// tableKinds says which kinds can hold a decision table.
+func tableKinds() string {
+	var out []string
+	for _, k := range drivers.Kinds() {
+		if k.DecisionTables {
+			out = append(out, k.Name)
+		}
+	}
+	return "only " + strings.Join(out, ", ") + " can"
+}

@@ -55,6 +55,29 @@ func (k Kind) String() string {
 	return "Kind(invalid)"
 }
 
+// KindOf returns the kind of server that participants of the named kind
+// (its name in the drivers registry) connect to. TestEveryKindHasAServer
+// checks that every kind of the registry has one.
+func KindOf(name string) (Kind, error) {
+	for _, sk := range []Kind{MySQL, Postgres} {
+		if sk.String() == name {
+			return sk, nil
+		}
+	}
+	return 0, fmt.Errorf("dbtest: no test server for participant kind %q", name)
+}
+
+// ForKind returns a fresh database on the shared server for participants
+// of the named kind.
+func ForKind(t testing.TB, name string) *DB {
+	t.Helper()
+	k, err := KindOf(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sharedServerFor(t, k).CreateDB(t)
+}
+
 // Server is one database server.
 type Server struct {
 	Kind Kind
