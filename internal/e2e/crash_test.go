@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/internal/lab/bank"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/recovery/filelog"
 	"github.com/xadb/xa/xa"

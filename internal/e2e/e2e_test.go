@@ -16,8 +16,8 @@ import (
 
 	xamysql "github.com/xadb/xa/drivers/mysql"
 	xapg "github.com/xadb/xa/drivers/postgres"
-	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/internal/lab/bank"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/recovery/filelog"
 	"github.com/xadb/xa/xa"

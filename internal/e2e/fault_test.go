@@ -11,9 +11,9 @@ import (
 
 	xamysql "github.com/xadb/xa/drivers/mysql"
 	xapg "github.com/xadb/xa/drivers/postgres"
+	"github.com/xadb/xa/internal/lab/bank"
 	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/internal/testrig/faultproxy"
-	"github.com/xadb/xa/internal/lab/bank"
 	"github.com/xadb/xa/xa"
 )
 

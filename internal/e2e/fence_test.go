@@ -13,8 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/internal/lab/bank"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/recovery/filelog"
 	"github.com/xadb/xa/xa"

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/internal/lab/labcli"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 )
 
 // TestMain makes the test binary xalab when it is started as the demo's
