@@ -25,6 +25,11 @@ type Record struct {
 // goroutine of the sink: Poll, Seek and Committed are never called
 // concurrently, and the Handler's methods are called only from within Poll
 // (as Kafka clients deliver rebalances).
+//
+// A bounded source (a file, a generator) ends: once every assigned
+// partition has been read to its end, Poll returns io.EOF (with no
+// records); the sink then commits what it holds and returns. After Seek,
+// Poll reads again. An unbounded source (Kafka) never returns io.EOF.
 type Source interface {
 	// Start begins reading; h is told which partitions this instance
 	// reads. A source without groups (a generator, a file) calls
@@ -35,6 +40,13 @@ type Source interface {
 	// ctx's error only if it has none). Records of one partition come in
 	// order.
 	Poll(ctx context.Context) ([]Record, error)
+	// Seek makes the following Polls return the records of each
+	// partition in positions from that position on (an empty position:
+	// from the source's start), forgetting whatever was read past it.
+	// The sink calls it after an aborted checkpoint, with the positions
+	// of the last committed one, so that the aborted records are read
+	// again. Partitions not in positions are unaffected.
+	Seek(ctx context.Context, positions map[string]string) error
 	// Committed reports that every record before positions[p] is durable
 	// in the targets, for each partition p. A source with its own record
 	// of progress (a Kafka group's committed offsets) updates it; the

@@ -1,0 +1,182 @@
+package sink
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Checkpointed is a transaction handle that knows the checkpoint it was
+// pre-committed under.
+type Checkpointed interface {
+	CheckpointID() uint64
+}
+
+// Restorer fences what a restart from a checkpoint leaves behind.
+type Restorer interface {
+	// AbortLingering fences and rolls back every undecided transaction
+	// of this sink from an earlier generation that began after checkpoint
+	// restored: no restored handle names it, so no caller will ever
+	// commit it. Transactions that began at or before restored are left
+	// to the members whose restored state names them.
+	AbortLingering(ctx context.Context, restored uint64) error
+}
+
+// External drives checkpoints for a caller that runs its own (a stream
+// processor, Flink-style): the caller writes records, pre-commits at its
+// checkpoint barrier, keeps the returned handle in its checkpoint state,
+// and commits it when its checkpoint completes. Its methods are safe for
+// concurrent use (they are serialised).
+//
+// Transactions are numbered for their XIDs before the caller's checkpoint
+// id is known: a transaction is numbered one more than the last checkpoint
+// id pre-committed (or restored), so that a transaction numbered above a
+// restored checkpoint id is one that no restored state can name (see
+// Restorer).
+type External[H Checkpointed] struct {
+	mu      sync.Mutex
+	c       Committer[H]
+	r       Restorer
+	open    H
+	hasOpen bool
+	last    uint64 // the last checkpoint id pre-committed or restored
+	pending Pending[H]
+}
+
+// NewExternal returns an External over c and r.
+func NewExternal[H Checkpointed](c Committer[H], r Restorer) *External[H] {
+	return &External[H]{c: c, r: r}
+}
+
+// Write adds records to the open transaction, beginning one if needed. On
+// error the open transaction is aborted; the caller should fail its
+// checkpoint (and restart from the last one).
+func (e *External[H]) Write(ctx context.Context, records []Record) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.begin(ctx); err != nil {
+		return err
+	}
+	if err := e.c.Write(ctx, e.open, records); err != nil {
+		e.abortOpen(ctx)
+		return err
+	}
+	return nil
+}
+
+func (e *External[H]) begin(ctx context.Context) error {
+	if e.hasOpen {
+		return nil
+	}
+	h, err := e.c.Begin(ctx, e.last+1)
+	if err != nil {
+		return err
+	}
+	e.open, e.hasOpen = h, true
+	return nil
+}
+
+func (e *External[H]) abortOpen(ctx context.Context) error {
+	if !e.hasOpen {
+		return nil
+	}
+	var zero H
+	h := e.open
+	e.open, e.hasOpen = zero, false
+	return e.c.Abort(ctx, h)
+}
+
+// PreCommit flushes and prepares the open transaction (an empty one if
+// nothing was written) under the caller's checkpoint id, which must be
+// above every earlier one, and returns its handle for the caller's
+// checkpoint state. On error the transaction is aborted.
+func (e *External[H]) PreCommit(ctx context.Context, checkpoint uint64) (H, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var zero H
+	if checkpoint <= e.last || checkpoint > MaxCheckpoint {
+		return zero, fmt.Errorf("%w: checkpoint id %d: must be above %d and at most %d", ErrConfig, checkpoint, e.last, uint64(MaxCheckpoint))
+	}
+	if err := e.begin(ctx); err != nil {
+		return zero, err
+	}
+	h, err := e.c.PreCommit(ctx, e.open, checkpoint)
+	if err != nil {
+		e.abortOpen(ctx)
+		return zero, err
+	}
+	e.open, e.hasOpen = zero, false
+	e.last = checkpoint
+	if err := e.pending.Add(checkpoint, h); err != nil {
+		return zero, err
+	}
+	return h, nil
+}
+
+// Commit commits h once its checkpoint is complete, committing every
+// earlier pending handle first, in order. A handle this External does not
+// hold (one restored from state) is committed as given. Committing a
+// committed handle again only repeats phase two.
+func (e *External[H]) Commit(ctx context.Context, h H) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ids, hs := e.pending.Through(h.CheckpointID())
+	mine := false
+	for i, p := range hs {
+		if err := e.c.Commit(ctx, p); err != nil {
+			return fmt.Errorf("sink: committing checkpoint %d: %w", ids[i], err)
+		}
+		e.pending.Remove(ids[i])
+		mine = mine || ids[i] == h.CheckpointID()
+	}
+	if mine {
+		return nil
+	}
+	return e.c.Commit(ctx, h)
+}
+
+// Abort rolls h back (its checkpoint failed).
+func (e *External[H]) Abort(ctx context.Context, h H) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.c.Abort(ctx, h); err != nil {
+		return err
+	}
+	e.pending.Remove(h.CheckpointID())
+	return nil
+}
+
+// Restore is called once after a restart from checkpoint restored (0:
+// none), before any Write, with the handles the caller's state holds: it
+// commits them in checkpoint order, then fences and rolls back every
+// transaction of an earlier generation that no restored state names (see
+// Restorer). Transactions are never rolled back by age in this mode: a
+// caller's checkpoint may still complete.
+func (e *External[H]) Restore(ctx context.Context, handles []H, restored uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.hasOpen || e.pending.Len() > 0 || e.last != 0 {
+		return fmt.Errorf("%w: Restore must come first", ErrConfig)
+	}
+	hs := slices.SortedFunc(slices.Values(handles), func(a, b H) int { return cmp.Compare(a.CheckpointID(), b.CheckpointID()) })
+	for _, h := range hs {
+		if err := e.c.Commit(ctx, h); err != nil {
+			return fmt.Errorf("sink: restoring checkpoint %d: %w", h.CheckpointID(), err)
+		}
+	}
+	if err := e.r.AbortLingering(ctx, restored); err != nil {
+		return err
+	}
+	e.last = restored
+	return nil
+}
+
+// Close aborts the open transaction, if any. Pending handles stay
+// prepared: their checkpoints may still complete.
+func (e *External[H]) Close(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.abortOpen(ctx)
+}

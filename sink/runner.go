@@ -1,0 +1,528 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+)
+
+// RunOptions configure a self-driven Runner: the sink is its own
+// checkpoint coordinator.
+type RunOptions struct {
+	// CheckpointRecords: a checkpoint is pre-committed once it holds this
+	// many records (default 10000).
+	CheckpointRecords int
+	// CheckpointInterval: ... or once this long has passed since its
+	// first record (default 1 s).
+	CheckpointInterval time.Duration
+	// MaxPending bounds the prepared checkpoints waiting for their
+	// decision and phase two while the next one is written (default 2).
+	MaxPending int
+	// MaxAborts: Run returns after this many checkpoints in a row were
+	// aborted (default 5). Each abort reads the records again from the
+	// last committed positions.
+	MaxAborts int
+	// SweepInterval: how often restore's orphan sweep runs while the
+	// instance runs (default 10 s; negative: only when partitions are
+	// taken and at the end).
+	SweepInterval time.Duration
+	// DrainTimeout bounds how long Run waits, when it stops, for the
+	// checkpoints already prepared to be decided and committed (default
+	// 30 s); what is left goes to restore.
+	DrainTimeout time.Duration
+	// Observer receives counts and durations; nil: none.
+	Observer Observer
+	// Logger receives warnings; nil: none.
+	Logger *slog.Logger
+}
+
+func (o RunOptions) withDefaults() RunOptions {
+	if o.CheckpointRecords <= 0 {
+		o.CheckpointRecords = 10000
+	}
+	if o.CheckpointInterval <= 0 {
+		o.CheckpointInterval = time.Second
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = 2
+	}
+	if o.MaxAborts <= 0 {
+		o.MaxAborts = 5
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = 10 * time.Second
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 30 * time.Second
+	}
+	if o.Observer == nil {
+		o.Observer = NopObserver{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Runner drives checkpoints itself: it reads a Source, writes the records
+// into the open checkpoint's transaction, pre-commits it every
+// CheckpointRecords records or CheckpointInterval, and hands it to a
+// committer goroutine that decides and commits pending checkpoints in
+// order while the next one is written. A checkpoint is decided only after
+// every earlier one committed; when one aborts, every later one aborts
+// too, and the records are read again from the committed positions
+// (Owner.Rewind, Source.Seek).
+type Runner[H any] struct {
+	c    Committer[H]
+	o    Owner
+	opts RunOptions
+}
+
+// NewRunner returns a Runner over c and o.
+func NewRunner[H any](c Committer[H], o Owner, opts RunOptions) *Runner[H] {
+	return &Runner[H]{c: c, o: o, opts: opts.withDefaults()}
+}
+
+// errEarlierAborted is the reason of an abort of a checkpoint that was
+// prepared after one that did not commit.
+var errEarlierAborted = errors.New("sink: an earlier checkpoint did not commit")
+
+// Run reads src until ctx ends, the source ends (io.EOF: everything read
+// is committed first; Run returns nil), or an error stops it: ErrFenced
+// when every partition was taken over, ErrUnresolved when a decision's
+// fate is unknown, the last error after MaxAborts aborts in a row, or the
+// source's error. When it returns, the open checkpoint is aborted and the
+// prepared ones were committed (or left to restore after DrainTimeout).
+// Run calls src.Start, not src.Close.
+func (r *Runner[H]) Run(ctx context.Context, src Source) (err error) {
+	x := &run[H]{
+		r:       r,
+		src:     src,
+		owned:   map[string]bool{},
+		queue:   make(chan slot[H], r.opts.MaxPending),
+		results: make(chan outcome[H], r.opts.MaxPending),
+		ack:     map[string]string{},
+	}
+	commitCtx, cancelCommit := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		x.commitLoop(commitCtx)
+	}()
+	sweepCtx, stopSweeps := context.WithCancel(ctx)
+	sweeps := make(chan struct{})
+	go func() {
+		defer close(sweeps)
+		x.sweeper(sweepCtx)
+	}()
+	defer func() {
+		stopSweeps()
+		<-sweeps
+		x.shutdown(ctx)
+		cancelCommit()
+		<-done
+	}()
+	if err := src.Start(ctx, handler[H]{x}); err != nil {
+		return fmt.Errorf("sink: starting the source: %w", err)
+	}
+	for {
+		if err := x.collect(ctx); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		recs, perr := src.Poll(x.pollContext(ctx))
+		if x.interrupted != nil {
+			// Revoked failed to finish a checkpoint: what this poll
+			// returned is past the positions to read again.
+			cause := x.interrupted
+			x.interrupted = nil
+			if err := x.recover(ctx, cause); err != nil {
+				return err
+			}
+			continue
+		}
+		eof := errors.Is(perr, io.EOF)
+		if perr != nil && !eof && len(recs) == 0 {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if !errors.Is(perr, context.DeadlineExceeded) {
+				return fmt.Errorf("sink: source: %w", perr)
+			}
+		}
+		if err := x.write(ctx, recs); err != nil {
+			if err := x.recover(ctx, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if x.open != nil && (eof || x.open.records >= r.opts.CheckpointRecords || time.Since(x.open.began) >= r.opts.CheckpointInterval) {
+			if err := x.precommit(ctx); err != nil {
+				if err := x.recover(ctx, err); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if eof {
+			if err := x.waitAll(ctx); err != nil {
+				return err
+			}
+			if x.failed != nil {
+				if err := x.recover(ctx, x.failed); err != nil {
+					return err
+				}
+				continue
+			}
+			x.sweep(ctx)
+			return nil
+		}
+	}
+}
+
+// slot is one checkpoint of the run.
+type slot[H any] struct {
+	id        uint64
+	h         H
+	era       uint64
+	records   int
+	positions map[string]string // partition -> position after its last record
+	began     time.Time
+	prepared  time.Duration
+	preAt     time.Time
+}
+
+type outcome[H any] struct {
+	s   slot[H]
+	err error
+	dur time.Duration
+}
+
+// run is one Run's state; everything but commitLoop runs on Run's
+// goroutine (Handler calls come from within Poll).
+type run[H any] struct {
+	r     *Runner[H]
+	src   Source
+	owned map[string]bool
+	open  *slot[H]
+	next  uint64
+	// era counts recoveries: after a failure, the committer aborts every
+	// slot of the failed era without deciding it.
+	era         uint64
+	inflight    int
+	queue       chan slot[H]
+	results     chan outcome[H]
+	failed      error // the first failure of the current era
+	interrupted error // set by Revoked: recover after Poll returns
+	ack         map[string]string
+	aborts      int
+	stopped     bool
+}
+
+// commitLoop decides and commits the queued checkpoints in order.
+func (x *run[H]) commitLoop(ctx context.Context) {
+	failedEra, failed := uint64(0), false
+	for s := range x.queue {
+		start := time.Now()
+		var err error
+		if failed && s.era == failedEra {
+			err = &AbortError{Checkpoint: s.id, Reason: errEarlierAborted}
+			if aerr := x.r.c.Abort(ctx, s.h); aerr != nil {
+				err = &AbortError{Checkpoint: s.id, Reason: errors.Join(errEarlierAborted, aerr)}
+			}
+		} else if err = x.r.c.Commit(ctx, s.h); err != nil {
+			failedEra, failed = s.era, true
+		}
+		x.results <- outcome[H]{s: s, err: err, dur: time.Since(start)}
+	}
+}
+
+// pollContext bounds a Poll: until the open checkpoint is due, at most a
+// quarter second so that outcomes are acknowledged promptly.
+func (x *run[H]) pollContext(ctx context.Context) context.Context {
+	wait := 250 * time.Millisecond
+	if x.open != nil {
+		wait = min(wait, x.r.opts.CheckpointInterval-time.Since(x.open.began))
+	}
+	wait = max(wait, time.Millisecond)
+	c, cancel := context.WithTimeout(ctx, wait)
+	context.AfterFunc(c, cancel)
+	return c
+}
+
+// write adds the records of owned partitions to the open checkpoint.
+func (x *run[H]) write(ctx context.Context, recs []Record) error {
+	kept := recs[:0:0]
+	for _, rec := range recs {
+		if x.owned[rec.Partition] {
+			kept = append(kept, rec)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	if x.open == nil {
+		x.next++
+		h, err := x.r.c.Begin(ctx, x.next)
+		if err != nil {
+			return fmt.Errorf("sink: beginning checkpoint %d: %w", x.next, err)
+		}
+		x.open = &slot[H]{id: x.next, h: h, era: x.era, began: time.Now(), positions: map[string]string{}}
+	}
+	if err := x.r.c.Write(ctx, x.open.h, kept); err != nil {
+		if !errors.Is(err, ErrAborted) {
+			err = &AbortError{Checkpoint: x.open.id, Reason: err}
+		}
+		return err
+	}
+	x.open.records += len(kept)
+	for _, rec := range kept {
+		x.open.positions[rec.Partition] = rec.Next
+	}
+	x.r.opts.Observer.RecordsWritten(len(kept))
+	return nil
+}
+
+// precommit prepares the open checkpoint and queues it for its decision.
+func (x *run[H]) precommit(ctx context.Context) error {
+	s := x.open
+	x.open = nil
+	for x.inflight >= x.r.opts.MaxPending && x.failed == nil {
+		x.handle(<-x.results)
+	}
+	if x.failed != nil {
+		x.abort(ctx, s, errEarlierAborted)
+		return x.failed
+	}
+	s.preAt = time.Now()
+	h, err := x.r.c.PreCommit(ctx, s.h, s.id)
+	s.prepared = time.Since(s.preAt)
+	if err != nil {
+		x.abort(ctx, s, err)
+		if !errors.Is(err, ErrAborted) {
+			err = &AbortError{Checkpoint: s.id, Reason: err}
+		}
+		return err
+	}
+	s.h = h
+	x.inflight++
+	x.r.opts.Observer.PendingChanged(x.inflight)
+	x.queue <- *s
+	return nil
+}
+
+// abort aborts a checkpoint that never reached the committer.
+func (x *run[H]) abort(ctx context.Context, s *slot[H], reason error) {
+	start := time.Now()
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.r.opts.DrainTimeout)
+	defer cancel()
+	if err := x.r.c.Abort(actx, s.h); err != nil {
+		x.r.opts.Logger.Warn("sink: abort failed; restore will roll the checkpoint back", "checkpoint", s.id, "err", err)
+		reason = errors.Join(reason, err)
+	}
+	x.r.opts.Observer.CheckpointDone(CheckpointStats{Checkpoint: s.id, Records: s.records, Err: reason,
+		Write: time.Since(s.began), Commit: time.Since(start)})
+}
+
+// handle takes one outcome from the committer.
+func (x *run[H]) handle(o outcome[H]) {
+	x.inflight--
+	x.r.opts.Observer.PendingChanged(x.inflight)
+	x.r.opts.Observer.CheckpointDone(CheckpointStats{Checkpoint: o.s.id, Records: o.s.records, Committed: o.err == nil, Err: o.err,
+		Write: o.s.preAt.Sub(o.s.began), Prepare: o.s.prepared, Commit: o.dur})
+	if o.err != nil {
+		if x.failed == nil {
+			x.failed = o.err
+		}
+		return
+	}
+	x.aborts = 0
+	maps.Copy(x.ack, o.s.positions)
+}
+
+// collect handles the outcomes ready, acknowledges committed positions to
+// the source, and recovers from a failure.
+func (x *run[H]) collect(ctx context.Context) error {
+	for {
+		select {
+		case o := <-x.results:
+			x.handle(o)
+			continue
+		default:
+		}
+		break
+	}
+	x.acknowledge(ctx)
+	if x.failed != nil {
+		return x.recover(ctx, x.failed)
+	}
+	return nil
+}
+
+func (x *run[H]) acknowledge(ctx context.Context) {
+	if len(x.ack) == 0 {
+		return
+	}
+	if err := x.src.Committed(ctx, x.ack); err != nil {
+		x.r.opts.Logger.Warn("sink: acknowledging committed positions to the source", "err", err)
+	}
+	x.ack = map[string]string{}
+}
+
+// waitAll waits for every queued checkpoint's outcome.
+func (x *run[H]) waitAll(ctx context.Context) error {
+	for x.inflight > 0 {
+		x.handle(<-x.results)
+	}
+	x.acknowledge(ctx)
+	return nil
+}
+
+// recover handles a failed checkpoint: abort the open one, wait until every
+// queued one is aborted, then read again from the committed positions. It
+// returns an error when Run must stop.
+func (x *run[H]) recover(ctx context.Context, cause error) error {
+	if x.open != nil {
+		s := x.open
+		x.open = nil
+		x.abort(ctx, s, cause)
+	}
+	if err := x.waitAll(ctx); err != nil {
+		return err
+	}
+	x.era++
+	x.failed = nil
+	if !errors.Is(cause, ErrAborted) || errors.Is(cause, ErrClosed) {
+		return cause
+	}
+	x.aborts++
+	if x.aborts >= x.r.opts.MaxAborts {
+		return fmt.Errorf("sink: %d checkpoints aborted in a row; the last: %w", x.aborts, cause)
+	}
+	parts := slices.Sorted(maps.Keys(x.owned))
+	positions, lost, err := x.r.o.Rewind(ctx, parts)
+	if err != nil {
+		return fmt.Errorf("sink: reading the committed positions after an abort (%w): %w", cause, err)
+	}
+	for _, p := range lost {
+		delete(x.owned, p)
+	}
+	if len(lost) > 0 {
+		x.r.opts.Logger.Warn("sink: partitions taken over by another instance", "partitions", lost)
+		if len(x.owned) == 0 {
+			return fmt.Errorf("%w (the last checkpoint: %v)", ErrFenced, cause)
+		}
+	}
+	for _, p := range lost {
+		delete(positions, p)
+	}
+	if err := x.src.Seek(ctx, positions); err != nil {
+		return fmt.Errorf("sink: seeking the source back to the committed positions after an abort (%w): %w", cause, err)
+	}
+	return nil
+}
+
+// finishAll pre-commits the open checkpoint and waits for every queued one
+// (partitions are about to be revoked).
+func (x *run[H]) finishAll(ctx context.Context) error {
+	var err error
+	if x.open != nil {
+		err = x.precommit(ctx)
+	}
+	if werr := x.waitAll(ctx); err == nil {
+		err = werr
+	}
+	if err == nil {
+		err = x.failed
+	}
+	return err
+}
+
+// sweeper runs Owner.Sweep every SweepInterval on a goroutine of its own:
+// an orphan whose locks block a write of the run is resolved meanwhile.
+func (x *run[H]) sweeper(ctx context.Context) {
+	if x.r.opts.SweepInterval <= 0 {
+		return
+	}
+	t := time.NewTicker(x.r.opts.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			x.sweep(ctx)
+		}
+	}
+}
+
+func (x *run[H]) sweep(ctx context.Context) {
+	if err := x.r.o.Sweep(ctx); err != nil && ctx.Err() == nil {
+		x.r.opts.Logger.Warn("sink: orphan sweep", "err", err)
+	}
+}
+
+// shutdown aborts the open checkpoint and lets the committer finish the
+// queued ones, within DrainTimeout.
+func (x *run[H]) shutdown(ctx context.Context) {
+	if x.stopped {
+		return
+	}
+	x.stopped = true
+	if x.open != nil {
+		s := x.open
+		x.open = nil
+		x.abort(ctx, s, context.Canceled)
+	}
+	close(x.queue)
+	timer := time.NewTimer(x.r.opts.DrainTimeout)
+	defer timer.Stop()
+	for x.inflight > 0 {
+		select {
+		case o := <-x.results:
+			x.handle(o)
+		case <-timer.C:
+			x.r.opts.Logger.Warn("sink: checkpoints still committing at shutdown; restore will finish them", "pending", x.inflight)
+			return
+		}
+	}
+	x.acknowledge(context.WithoutCancel(ctx))
+}
+
+// handler receives the source's assignments.
+type handler[H any] struct{ x *run[H] }
+
+func (h handler[H]) Assigned(ctx context.Context, partitions []string) (map[string]string, error) {
+	pos, err := h.x.r.o.Take(ctx, partitions)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range partitions {
+		h.x.owned[p] = true
+	}
+	return pos, nil
+}
+
+func (h handler[H]) Revoked(ctx context.Context, partitions []string) error {
+	x := h.x
+	if err := x.finishAll(ctx); err != nil {
+		// Aborted: the partitions go at the committed positions; the
+		// others are read again after this Poll.
+		x.era++
+		x.failed = nil
+		if x.interrupted == nil {
+			x.interrupted = err
+		}
+	}
+	for _, p := range partitions {
+		delete(x.owned, p)
+	}
+	return x.r.o.Release(ctx, partitions)
+}
