@@ -1,0 +1,856 @@
+package sink
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/xadb/xa/xa"
+)
+
+// instance is one incarnation (self-driven) or one member in one
+// generation (external) of a Sink. It implements Committer[Handle], Owner
+// and Restorer: the protocol of docs/sink.md.
+type instance struct {
+	s          *Sink
+	inc        uint64
+	external   bool
+	generation uint32
+	log        *slog.Logger
+
+	mu     sync.Mutex
+	epochs map[string]int64 // self-driven: the partitions taken, with their epochs
+	live   map[uint64]*txn  // transactions begun and not finished, by number
+}
+
+var (
+	_ Committer[Handle] = (*instance)(nil)
+	_ Owner             = (*instance)(nil)
+	_ Restorer          = (*instance)(nil)
+)
+
+// txn is the live state of one checkpoint's transaction.
+type txn struct {
+	h         Handle
+	work      context.Context // bounds the branches' statements
+	stop      context.CancelFunc
+	branches  map[string]*liveBranch // by target
+	bufs      map[string]*buffer     // by table id
+	positions map[string]string
+	epochs    map[string]int64
+	decided   bool
+}
+
+// liveBranch is one target's branch of a live transaction.
+type liveBranch struct {
+	t        *target
+	b        xa.Branch // nil once it released its session
+	prepared bool      // voted yes
+	maybe    bool      // prepare's outcome unknown: may be prepared
+	origin   xa.Origin
+}
+
+func (in *instance) get(h Handle) (*txn, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	t := in.live[h.Txn]
+	if t == nil || h.Incarnation != in.inc {
+		return nil, fmt.Errorf("sink: transaction %s is not live in this instance", h.Ref("").String())
+	}
+	return t, nil
+}
+
+// lookup returns the live transaction of h, or nil (a handle from an
+// earlier process, or one finished).
+func (in *instance) lookup(h Handle) *txn {
+	if h.Incarnation != in.inc {
+		return nil
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.live[h.Txn]
+}
+
+func (in *instance) inFlight(n uint64) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.live[n] != nil
+}
+
+func (in *instance) finish(t *txn) {
+	if t == nil {
+		return
+	}
+	in.mu.Lock()
+	delete(in.live, t.h.Txn)
+	in.mu.Unlock()
+	t.stop()
+}
+
+// closeLive closes every live branch's session without ending it: a
+// prepared branch stays prepared, the others are rolled back by their
+// databases.
+func (in *instance) closeLive() {
+	in.mu.Lock()
+	ts := slices.Collect(maps.Values(in.live))
+	in.mu.Unlock()
+	// Statements still running are interrupted first (a branch's Close
+	// waits for its statement).
+	for _, t := range ts {
+		t.stop()
+	}
+	for _, t := range ts {
+		for _, lb := range t.branches {
+			if b := lb.b; b != nil {
+				b.Close() //nolint:errcheck // best effort: the session is going
+			}
+		}
+	}
+}
+
+// Begin opens transaction n. No I/O: each target's branch starts at its
+// first flush.
+func (in *instance) Begin(ctx context.Context, n uint64) (Handle, error) {
+	if err := in.s.check(); err != nil {
+		return Handle{}, err
+	}
+	h := Handle{Sink: in.s.cfg.Name, Incarnation: in.inc, Txn: n}
+	if err := h.Ref(in.s.names[0]).Validate(); err != nil {
+		return Handle{}, err
+	}
+	work, stop := context.WithCancel(context.WithoutCancel(ctx))
+	t := &txn{h: h, work: work, stop: stop, branches: map[string]*liveBranch{}, bufs: map[string]*buffer{},
+		positions: map[string]string{}, epochs: map[string]int64{}}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.live[n] != nil {
+		stop()
+		return Handle{}, fmt.Errorf("%w: transaction %d begun twice", ErrConfig, n)
+	}
+	in.live[n] = t
+	return h, nil
+}
+
+// Write maps records to rows and buffers them; a table's buffer that is
+// full is flushed on its target's branch. A failed statement is not
+// retried: the error makes the driver abort the checkpoint.
+func (in *instance) Write(ctx context.Context, h Handle, records []Record) error {
+	if err := in.s.check(); err != nil {
+		return err
+	}
+	t, err := in.get(h)
+	if err != nil {
+		return err
+	}
+	for i := range records {
+		r := &records[i]
+		var epoch int64
+		if !in.external && r.Partition != "" {
+			in.mu.Lock()
+			e, ok := in.epochs[r.Partition]
+			in.mu.Unlock()
+			if !ok {
+				return fmt.Errorf("sink: a record of partition %s, which this instance has not taken", r.Partition)
+			}
+			epoch = e
+		}
+		rows, err := in.s.mapFn(*r)
+		if err != nil {
+			return &MappingError{Partition: r.Partition, Position: r.Next, Err: err}
+		}
+		for _, row := range rows {
+			tb := in.s.tables[row.Table]
+			if tb == nil {
+				return &MappingError{Partition: r.Partition, Position: r.Next, Err: fmt.Errorf("no table %q", row.Table)}
+			}
+			if len(row.Values) != len(tb.Columns) {
+				return &MappingError{Partition: r.Partition, Position: r.Next,
+					Err: fmt.Errorf("table %s: %d values for %d columns", row.Table, len(row.Values), len(tb.Columns))}
+			}
+			buf := t.bufs[row.Table]
+			if buf == nil {
+				buf = &buffer{}
+				t.bufs[row.Table] = buf
+			}
+			buf.add(tb, row.Values)
+			if buf.full(tb) {
+				if err := in.flush(ctx, t, tb, buf); err != nil {
+					return err
+				}
+			}
+		}
+		if r.Partition != "" {
+			t.positions[r.Partition] = r.Next
+			if _, ok := t.epochs[r.Partition]; !ok {
+				t.epochs[r.Partition] = epoch
+			}
+		}
+	}
+	return nil
+}
+
+// branch returns t's branch on target tg, starting it if needed.
+func (in *instance) branch(t *txn, tg *target) (*liveBranch, error) {
+	if lb := t.branches[tg.cfg.Name]; lb != nil {
+		if lb.b == nil {
+			return nil, fmt.Errorf("sink: the branch on %s has ended", tg.cfg.Name)
+		}
+		return lb, nil
+	}
+	b, err := tg.rm.Start(t.work, t.h.Ref(tg.cfg.Name).XID())
+	if err != nil {
+		return nil, err
+	}
+	lb := &liveBranch{t: tg, b: b}
+	t.branches[tg.cfg.Name] = lb
+	return lb, nil
+}
+
+// flush sends a table's buffered rows on its target's branch.
+func (in *instance) flush(ctx context.Context, t *txn, tb *table, buf *buffer) error {
+	if len(buf.rows) == 0 {
+		return nil
+	}
+	lb, err := in.branch(t, tb.t)
+	if err != nil {
+		return err
+	}
+	if err := tb.flush(ctx, lb.b.Session(), buf.rows); err != nil {
+		return err
+	}
+	buf.reset()
+	return nil
+}
+
+// parallel runs f for each name at once and joins the errors.
+func parallel(names []string, f func(name string) error) error {
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() { errs[i] = f(n) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// PreCommit flushes every buffer (targets in parallel), then prepares every
+// branch in parallel. Any vote but yes fails it (the driver aborts).
+func (in *instance) PreCommit(ctx context.Context, h Handle, checkpoint uint64) (Handle, error) {
+	if err := in.s.check(); err != nil {
+		return Handle{}, err
+	}
+	t, err := in.get(h)
+	if err != nil {
+		return Handle{}, err
+	}
+	byTarget := map[string][]string{}
+	for id, buf := range t.bufs {
+		if len(buf.rows) > 0 {
+			tg := in.s.tables[id].Target
+			byTarget[tg] = append(byTarget[tg], id)
+		}
+	}
+	// Start the branches here, on one goroutine: t.branches is not
+	// shared.
+	for tg := range byTarget {
+		if _, err := in.branch(t, in.s.targets[tg]); err != nil {
+			return Handle{}, err
+		}
+	}
+	err = parallel(slices.Sorted(maps.Keys(byTarget)), func(tg string) error {
+		ids := byTarget[tg]
+		slices.Sort(ids)
+		for _, id := range ids {
+			if err := in.flush(ctx, t, in.s.tables[id], t.bufs[id]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Handle{}, err
+	}
+	if err := in.s.step("flushed", t.h); err != nil {
+		return Handle{}, err
+	}
+	names := slices.Sorted(maps.Keys(t.branches))
+	err = parallel(names, func(name string) error {
+		lb := t.branches[name]
+		vote, err := lb.b.Prepare(ctx)
+		if or, ok := lb.b.(xa.OriginReporter); ok {
+			lb.origin = or.Origin()
+		}
+		switch vote {
+		case xa.VotePrepared:
+			lb.prepared = true
+			return nil
+		case xa.VoteReadOnly:
+			lb.b = nil
+			return nil
+		}
+		lb.b = nil
+		lb.maybe = xa.OutcomeUnknown(err)
+		if err == nil {
+			err = errors.New("voted abort")
+		}
+		return fmt.Errorf("sink: target %s refused to prepare: %w", name, err)
+	})
+	if err != nil {
+		return Handle{}, err
+	}
+	out := t.h
+	out.Checkpoint = checkpoint
+	for _, name := range names {
+		if lb := t.branches[name]; lb.prepared {
+			out.Branches = append(out.Branches, BranchState{Target: name, Session: lb.origin.Session, Prepared: lb.origin.Prepared})
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(t.positions)) {
+		epoch := t.epochs[p]
+		if in.external {
+			epoch = int64(in.generation)
+		}
+		out.Partitions = append(out.Partitions, PartitionPosition{Partition: p, Position: t.positions[p], Epoch: epoch})
+	}
+	t.h = out
+	if err := in.s.step("prepared", out); err != nil {
+		return Handle{}, err
+	}
+	return out, nil
+}
+
+// Commit decides h (step 3) unless it is decided, then commits its
+// branches (step 4). See Committer.
+func (in *instance) Commit(ctx context.Context, h Handle) error {
+	if err := in.s.check(); err != nil {
+		return err
+	}
+	if h.Sink != in.s.cfg.Name {
+		return fmt.Errorf("%w: a handle of sink %q given to sink %q", ErrConfig, h.Sink, in.s.cfg.Name)
+	}
+	t := in.lookup(h)
+	if len(h.Branches) == 0 && len(h.Partitions) == 0 {
+		in.finish(t)
+		return nil
+	}
+	if t == nil || !t.decided {
+		if err := in.decide(ctx, h, t); err != nil {
+			return err
+		}
+		if t != nil {
+			t.decided = true
+		}
+	}
+	if err := in.s.step("decided", h); err != nil {
+		return err
+	}
+	for i, b := range h.Branches {
+		var lb *liveBranch
+		if t != nil {
+			lb = t.branches[b.Target]
+		}
+		in.commitBranch(ctx, h, b, lb)
+		if i == 0 && len(h.Branches) > 1 {
+			if err := in.s.step("phase2", h); err != nil {
+				return err
+			}
+		}
+	}
+	in.finish(t)
+	return nil
+}
+
+func (h Handle) id() uint64 {
+	if h.Checkpoint != 0 {
+		return h.Checkpoint
+	}
+	return h.Txn
+}
+
+// decide writes the decision (step 3). On a definite refusal (an epoch
+// moved) it aborts; on anything else the fence settles the fate: the abort
+// marker is claimed, and if the decision holds the key instead, it won.
+func (in *instance) decide(ctx context.Context, h Handle, t *txn) error {
+	d := decision{sink: h.Sink, inc: h.Incarnation, txn: h.Txn, parts: h.Partitions, origins: encodeOrigins(h.Branches),
+		external: Ref{Incarnation: h.Incarnation}.External(), generation: Ref{Incarnation: h.Incarnation}.Generation(), checkpoint: h.Checkpoint}
+	err := in.s.st.decide(ctx, d)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, errEpochMoved) {
+		in.rollback(ctx, h, t)
+		return &AbortError{Checkpoint: h.id(), Reason: fmt.Errorf("%w: %v", ErrTakenOver, err)}
+	}
+	row, cerr := in.claim(ctx, h)
+	if cerr != nil {
+		in.log.Warn("sink: decision unresolved: the fence could not be claimed", "checkpoint", h.id(), "decide", err, "claim", cerr)
+		return &unresolvedError{checkpoint: h.id(), err: errors.Join(err, cerr)}
+	}
+	if !row.aborted {
+		return nil
+	}
+	in.rollback(ctx, h, t)
+	return &AbortError{Checkpoint: h.id(), Reason: fmt.Errorf("%w (the decision failed: %v)", ErrAbortMarked, err)}
+}
+
+// claim claims the abort marker of h, retrying a few times.
+func (in *instance) claim(ctx context.Context, h Handle) (decisionRow, error) {
+	var err error
+	for attempt := range 5 {
+		if attempt > 0 && !sleep(ctx, backoff(attempt)) {
+			break
+		}
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		var row decisionRow
+		row, err = in.s.st.claim(cctx, h.Sink, h.Incarnation, h.Txn)
+		cancel()
+		if err == nil {
+			return row, nil
+		}
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	return decisionRow{}, err
+}
+
+func backoff(attempt int) time.Duration {
+	return min(50*time.Millisecond<<attempt, 2*time.Second)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// commitBranch commits one prepared branch of a decided checkpoint: on its
+// own session if it is live, else by XID from another session. "Unknown
+// XID" counts as committed: the decision row proves that nothing else can
+// have happened to it. After Phase2Attempts it is left to restore.
+func (in *instance) commitBranch(ctx context.Context, h Handle, b BranchState, lb *liveBranch) {
+	tg := in.s.targets[b.Target]
+	ref := h.Ref(b.Target)
+	if tg == nil {
+		in.log.Error("sink: a decided branch on a target this sink does not have: restore it with a sink that has it", "branch", ref.String())
+		return
+	}
+	origin := xa.Origin{Session: b.Session, Prepared: b.Prepared}
+	var err error
+	for attempt := range in.s.cfg.Phase2Attempts {
+		if attempt > 0 && !sleep(ctx, backoff(attempt)) {
+			break
+		}
+		actx, cancel := context.WithTimeout(ctx, in.s.cfg.Phase2Timeout)
+		if lb != nil && lb.b != nil {
+			err = lb.b.Commit(actx)
+			if err != nil && !xa.Retryable(err) {
+				lb.b = nil // the branch released its session
+			}
+		} else {
+			err = tg.rm.Commit(actx, ref.XID(), origin)
+		}
+		cancel()
+		switch {
+		case err == nil, errors.Is(err, xa.ErrUnknownXID):
+			return
+		case errors.Is(err, xa.ErrRolledBack):
+			in.log.Error("sink: heuristic outcome: a branch of a checkpoint decided commit was rolled back by its database; its rows are lost",
+				"branch", ref.String(), "err", err)
+			return
+		}
+		if in.s.check() != nil {
+			return
+		}
+	}
+	if lb != nil && lb.b != nil {
+		lb.b.Close() //nolint:errcheck // the branch stays prepared for restore
+		lb.b = nil
+	}
+	in.log.Warn("sink: phase two left to restore", "branch", ref.String(), "err", err)
+}
+
+// Abort rolls h back. If a branch may be prepared it first claims the
+// abort marker, so that no decision of h can ever commit; if the decision
+// holds the key instead, it returns ErrDecided and rolls nothing back.
+func (in *instance) Abort(ctx context.Context, h Handle) error {
+	if err := in.s.check(); err != nil {
+		return err
+	}
+	t := in.lookup(h)
+	maybe := len(h.Branches) > 0
+	if t != nil {
+		for _, lb := range t.branches {
+			maybe = maybe || lb.prepared || lb.maybe
+		}
+	}
+	if maybe {
+		row, err := in.claim(ctx, h)
+		if err != nil {
+			in.abandonTxn(t)
+			return fmt.Errorf("sink: aborting checkpoint %d: claiming its abort marker: %w (restore will)", h.id(), err)
+		}
+		if !row.aborted {
+			return fmt.Errorf("sink: aborting checkpoint %d: %w", h.id(), ErrDecided)
+		}
+	}
+	return in.rollback(ctx, h, t)
+}
+
+// abandonTxn gives a transaction's branches up to restore.
+func (in *instance) abandonTxn(t *txn) {
+	if t == nil {
+		return
+	}
+	for _, lb := range t.branches {
+		if lb.b != nil {
+			lb.b.Close() //nolint:errcheck // prepared branches stay for restore
+			lb.b = nil
+		}
+	}
+	in.finish(t)
+}
+
+// rollback rolls back every branch of h that may exist, live or by XID.
+// Failures are left to restore (an undecided prepared branch is fenced
+// there).
+func (in *instance) rollback(ctx context.Context, h Handle, t *txn) error {
+	type br struct {
+		lb     *liveBranch
+		origin xa.Origin
+	}
+	todo := map[string]br{}
+	for _, b := range h.Branches {
+		todo[b.Target] = br{origin: xa.Origin{Session: b.Session, Prepared: b.Prepared}}
+	}
+	if t != nil {
+		for name, lb := range t.branches {
+			if lb.b != nil || lb.prepared || lb.maybe {
+				todo[name] = br{lb: lb, origin: lb.origin}
+			}
+		}
+	}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(todo)) {
+		x := todo[name]
+		tg := in.s.targets[name]
+		if tg == nil {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.s.cfg.Phase2Timeout)
+		var err error
+		if x.lb != nil && x.lb.b != nil {
+			err = x.lb.b.Rollback(rctx)
+			if err != nil {
+				x.lb.b.Close() //nolint:errcheck // left to restore
+			}
+			x.lb.b = nil
+		} else {
+			err = tg.rm.Rollback(rctx, h.Ref(name).XID(), x.origin)
+		}
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	in.finish(t)
+	if len(errs) > 0 {
+		err := errors.Join(errs...)
+		in.log.Warn("sink: rollback left to restore", "checkpoint", h.id(), "err", err)
+		return err
+	}
+	return nil
+}
+
+// Take raises the epochs of partitions (restore step 1), resolves orphans
+// (step 2) and returns the positions to resume from (step 3).
+func (in *instance) Take(ctx context.Context, partitions []string) (map[string]string, error) {
+	if err := in.s.check(); err != nil {
+		return nil, err
+	}
+	if len(partitions) == 0 {
+		return map[string]string{}, nil
+	}
+	rows, err := in.s.st.take(ctx, in.s.cfg.Name, in.inc, partitions)
+	if err != nil {
+		return nil, err
+	}
+	pos := map[string]string{}
+	in.mu.Lock()
+	for _, r := range rows {
+		in.epochs[r.Partition] = r.Epoch
+		if r.Position != "" {
+			pos[r.Partition] = r.Position
+		}
+	}
+	in.mu.Unlock()
+	deadline := time.Now().Add(in.s.cfg.RestoreWait)
+	for attempt := 0; ; attempt++ {
+		err := in.Sweep(ctx)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || !sleep(ctx, backoff(attempt)) {
+			in.log.Warn("sink: restore after taking partitions left orphans; reading on", "err", err)
+			break
+		}
+	}
+	return pos, nil
+}
+
+// Release forgets partitions.
+func (in *instance) Release(ctx context.Context, partitions []string) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, p := range partitions {
+		delete(in.epochs, p)
+	}
+	return nil
+}
+
+// Rewind reads the committed positions back; a partition whose row no
+// longer carries this instance's epoch is lost.
+func (in *instance) Rewind(ctx context.Context, partitions []string) (map[string]string, []string, error) {
+	if err := in.s.check(); err != nil {
+		return nil, nil, err
+	}
+	rows, err := in.s.st.read(ctx, in.s.cfg.Name, partitions)
+	if err != nil {
+		return nil, nil, err
+	}
+	byName := map[string]PartitionStatus{}
+	for _, r := range rows {
+		byName[r.Partition] = r
+	}
+	pos := map[string]string{}
+	var lost []string
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, p := range partitions {
+		r, ok := byName[p]
+		if !ok || r.Owner != in.inc || r.Epoch != in.epochs[p] {
+			lost = append(lost, p)
+			delete(in.epochs, p)
+			continue
+		}
+		pos[p] = r.Position
+	}
+	return pos, lost, nil
+}
+
+// Sweep resolves the sink's orphaned branches with the self-driven rules.
+func (in *instance) Sweep(ctx context.Context) error {
+	return in.resolve(ctx, View{Incarnation: in.inc, InFlight: in.inFlight, Grace: in.s.cfg.RestoreGrace})
+}
+
+// AbortLingering resolves the sink's branches with the external rules.
+func (in *instance) AbortLingering(ctx context.Context, restored uint64) error {
+	return in.resolve(ctx, View{External: true, Generation: in.generation, Restored: restored})
+}
+
+// resolve is restore's step 2.
+func (in *instance) resolve(ctx context.Context, v View) error {
+	if err := in.s.check(); err != nil {
+		return err
+	}
+	orphans, err := in.s.list(ctx)
+	if err != nil {
+		return err
+	}
+	keys := slices.SortedFunc(maps.Keys(orphans), func(a, b txnKey) int {
+		return cmp.Or(cmp.Compare(a.inc, b.inc), cmp.Compare(a.txn, b.txn))
+	})
+	rows, err := in.s.st.lookup(ctx, in.s.cfg.Name, keys)
+	if err != nil {
+		return err
+	}
+	if !v.External {
+		owners, err := in.s.st.owners(ctx, in.s.cfg.Name)
+		if err != nil {
+			return err
+		}
+		v.Owns = func(inc uint64) bool { return owners[inc] }
+	}
+	var errs []error
+	for _, k := range keys {
+		bs := orphans[k]
+		o := Orphan{Ref: bs[0].ref, Decision: decisionOf(rows, k)}
+		for _, b := range bs {
+			o.Age = max(o.Age, b.age)
+		}
+		act, why := Classify(o, v)
+		if act == ActLeave {
+			continue
+		}
+		row := rows[k]
+		if act == ActFence {
+			row, err = in.s.st.claim(ctx, in.s.cfg.Name, k.inc, k.txn)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("fencing %s: %w", o.Ref, err))
+				continue
+			}
+			act = ActRollback
+			if !row.aborted {
+				act, why = ActCommit, "the fence found its decision"
+			}
+		}
+		in.log.Info("sink: restore", "checkpoint", o.Ref.String(), "action", act.String(), "why", why)
+		origins := decodeOrigins(row.origins)
+		for _, b := range bs {
+			tg := in.s.targets[b.ref.Target]
+			rctx, cancel := context.WithTimeout(ctx, in.s.cfg.Phase2Timeout)
+			if act == ActCommit {
+				err = tg.rm.Commit(rctx, b.ref.XID(), origins[b.ref.Target])
+				if errors.Is(err, xa.ErrUnknownXID) {
+					err = nil // committed: the decision row says so
+				}
+			} else {
+				err = tg.rm.Rollback(rctx, b.ref.XID(), xa.Origin{})
+			}
+			cancel()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s %s: %w", act, b.ref, err))
+			}
+		}
+	}
+	if in.s.cfg.DecisionRetention > 0 {
+		if _, err := in.s.st.forget(ctx, in.s.cfg.Name, in.s.cfg.DecisionRetention, keys); err != nil {
+			errs = append(errs, fmt.Errorf("forgetting old decisions: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func decisionOf(rows map[txnKey]decisionRow, k txnKey) Decision {
+	row, ok := rows[k]
+	switch {
+	case !ok:
+		return NoDecision
+	case row.aborted:
+		return DecidedAbort
+	}
+	return DecidedCommit
+}
+
+// listed is one prepared branch of the sink found on a target.
+type listed struct {
+	ref Ref
+	age time.Duration
+}
+
+// list lists the sink's prepared branches on every target, by checkpoint.
+// A branch's age is the database's where it says (PostgreSQL), else the
+// time since this Sink first listed it.
+func (s *Sink) list(ctx context.Context) (map[txnKey][]listed, error) {
+	type res struct {
+		bs  []xa.PreparedBranch
+		err error
+	}
+	out := make([]res, len(s.names))
+	var wg sync.WaitGroup
+	for i, name := range s.names {
+		wg.Go(func() { out[i].bs, out[i].err = s.targets[name].rm.Recover(ctx) })
+	}
+	wg.Wait()
+	now := time.Now()
+	byKey := map[txnKey][]listed{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	seen := map[string]bool{}
+	for i, name := range s.names {
+		if out[i].err != nil {
+			errs = append(errs, fmt.Errorf("listing %s: %w", name, out[i].err))
+			continue
+		}
+		for _, p := range out[i].bs {
+			ref, ok := ParseXID(p.XID)
+			if !ok || ref.Sink != s.cfg.Name || ref.Target != name {
+				continue
+			}
+			text := p.XID.String()
+			seen[text] = true
+			first, ok := s.seen[text]
+			if !ok {
+				first = now
+				s.seen[text] = now
+			}
+			age := p.ServerAge
+			if age == 0 && !p.Prepared.IsZero() {
+				age = now.Sub(p.Prepared)
+			}
+			age = max(age, now.Sub(first))
+			k := txnKey{ref.Incarnation, ref.Checkpoint}
+			byKey[k] = append(byKey[k], listed{ref: ref, age: age})
+		}
+	}
+	if len(errs) == 0 {
+		for text := range s.seen {
+			if !seen[text] {
+				delete(s.seen, text)
+			}
+		}
+	}
+	return byKey, errors.Join(errs...)
+}
+
+// Status reads the sink's progress and instances, and lists its prepared
+// branches with what restore would do with each (as seen by a newcomer:
+// no checkpoint of it is in flight).
+func (s *Sink) Status(ctx context.Context) (Status, error) {
+	if err := s.check(); err != nil {
+		return Status{}, err
+	}
+	st, err := s.st.status(ctx, s.cfg.Name)
+	if err != nil {
+		return st, err
+	}
+	orphans, err := s.list(ctx)
+	if err != nil {
+		return st, err
+	}
+	keys := slices.Collect(maps.Keys(orphans))
+	rows, err := s.st.lookup(ctx, s.cfg.Name, keys)
+	if err != nil {
+		return st, err
+	}
+	owners := map[uint64]bool{}
+	for _, p := range st.Partitions {
+		owners[p.Owner] = true
+	}
+	v := View{Owns: func(inc uint64) bool { return owners[inc] }, Grace: s.cfg.RestoreGrace}
+	for k, bs := range orphans {
+		for _, b := range bs {
+			o := Orphan{Ref: b.ref, Decision: decisionOf(rows, k), Age: b.age}
+			act, why := Classify(o, v)
+			st.Branches = append(st.Branches, BranchStatus{Ref: b.ref, Age: b.age, Decision: o.Decision, Action: act, Why: why})
+		}
+	}
+	slices.SortFunc(st.Branches, func(a, b BranchStatus) int {
+		return cmp.Or(cmp.Compare(a.Ref.Incarnation, b.Ref.Incarnation), cmp.Compare(a.Ref.Checkpoint, b.Ref.Checkpoint),
+			cmp.Compare(a.Ref.Target, b.Ref.Target))
+	})
+	return st, nil
+}
+
+// Sweep resolves the sink's orphaned branches now, as a newcomer would
+// (no checkpoint of this process is in flight): decided ones are committed,
+// fenced ones rolled back, undecided ones of incarnations that own no
+// partition, or older than the restore grace, are fenced and rolled back.
+// Errors name the branches left (a MySQL branch whose preparing session
+// is still connected stays until it is gone).
+func (s *Sink) Sweep(ctx context.Context) error {
+	in := &instance{s: s, live: map[uint64]*txn{}, epochs: map[string]int64{}, log: s.log}
+	return in.Sweep(ctx)
+}

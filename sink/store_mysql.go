@@ -1,0 +1,386 @@
+package sink
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+)
+
+// myStore keeps the bookkeeping tables in MySQL/MariaDB on a database/sql
+// pool of its own: multi-statement round trips, arguments interpolated by
+// the client, and affected-rows counting matched rows (CLIENT_FOUND_ROWS),
+// so that ROW_COUNT() after an UPDATE says how many rows its WHERE matched.
+type myStore struct {
+	db *sql.DB
+}
+
+var myDDL = []string{
+	"CREATE TABLE IF NOT EXISTS xa_sink_progress (" +
+		"sink VARCHAR(24) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, " +
+		"`partition` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, " +
+		"epoch BIGINT NOT NULL, owner BIGINT NOT NULL, " +
+		"position TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, " +
+		"checkpoint BIGINT NOT NULL, updated DATETIME(6) NOT NULL, " +
+		"PRIMARY KEY (sink, `partition`)) ENGINE=InnoDB",
+	"CREATE TABLE IF NOT EXISTS xa_sink_decisions (" +
+		"sink VARCHAR(24) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, " +
+		"incarnation BIGINT NOT NULL, checkpoint BIGINT NOT NULL, aborted BOOLEAN NOT NULL, " +
+		"decided DATETIME(6) NOT NULL, origins TEXT CHARACTER SET ascii NOT NULL, " +
+		"PRIMARY KEY (sink, incarnation, checkpoint)) ENGINE=InnoDB",
+	"CREATE TABLE IF NOT EXISTS xa_sink_instances (" +
+		"sink VARCHAR(24) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, " +
+		"incarnation BIGINT NOT NULL, started DATETIME(6) NOT NULL, " +
+		"host VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL, pid INT NOT NULL, " +
+		"PRIMARY KEY (sink, incarnation)) ENGINE=InnoDB",
+}
+
+// MySQL error numbers the store tells apart.
+const (
+	myBadNull   = 1048 // ER_BAD_NULL_ERROR
+	myDupEntry  = 1062 // ER_DUP_ENTRY
+	myLockWait  = 1205 // ER_LOCK_WAIT_TIMEOUT
+	myDeadlock  = 1213 // ER_LOCK_DEADLOCK
+	myChunkKeys = 1000
+)
+
+func myErrno(err error) uint16 {
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}
+
+func openMyStore(ctx context.Context, c TargetConfig) (*myStore, error) {
+	cfg, err := gomysql.ParseDSN(c.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("%w: target %s: DSN: %v", ErrConfig, c.Name, err)
+	}
+	cfg.MultiStatements = true
+	cfg.InterpolateParams = true
+	cfg.ClientFoundRows = true
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: target %s: DSN: %v", ErrConfig, c.Name, err)
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(4)
+	db.SetMaxIdleConns(4)
+	return &myStore{db: db}, nil
+}
+
+func (s *myStore) close() { s.db.Close() }
+
+func (s *myStore) setup(ctx context.Context) error {
+	for _, q := range myDDL {
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("sink: setup: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *myStore) allocate(ctx context.Context, sink, host string, pid int) (uint64, error) {
+	var err error
+	for range 10 {
+		var inc int64
+		inc, err = func() (int64, error) {
+			tx, err := s.db.BeginTx(ctx, nil)
+			if err != nil {
+				return 0, err
+			}
+			defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+			var inc int64
+			if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(incarnation), 0) + 1 FROM xa_sink_instances WHERE sink = ? AND incarnation < ? FOR UPDATE",
+				sink, maxSelfIncarnation).Scan(&inc); err != nil {
+				return 0, err
+			}
+			if _, err := tx.ExecContext(ctx, "INSERT INTO xa_sink_instances (sink, incarnation, started, host, pid) VALUES (?, ?, UTC_TIMESTAMP(6), ?, ?)",
+				sink, inc, host, pid); err != nil {
+				return 0, err
+			}
+			return inc, tx.Commit()
+		}()
+		if err == nil {
+			return uint64(inc), nil
+		}
+		if n := myErrno(err); n != myDupEntry && n != myDeadlock && n != myLockWait {
+			break
+		}
+	}
+	return 0, fmt.Errorf("sink: allocating an incarnation: %w", err)
+}
+
+func (s *myStore) register(ctx context.Context, sink string, inc uint64, host string, pid int) error {
+	_, err := s.db.ExecContext(ctx, "INSERT INTO xa_sink_instances (sink, incarnation, started, host, pid) VALUES (?, ?, UTC_TIMESTAMP(6), ?, ?) "+
+		"ON DUPLICATE KEY UPDATE sink = sink", sink, int64(inc), host, pid)
+	return err
+}
+
+func placeholders(n int, one string) string {
+	return strings.TrimSuffix(strings.Repeat(one+",", n), ",")
+}
+
+func scanMyPartitions(rows *sql.Rows) ([]PartitionStatus, error) {
+	defer rows.Close()
+	var out []PartitionStatus
+	for rows.Next() {
+		var p PartitionStatus
+		var owner, cp int64
+		if err := rows.Scan(&p.Partition, &p.Position, &p.Epoch, &owner, &cp, &p.Updated); err != nil {
+			return nil, err
+		}
+		p.Owner, p.Checkpoint = uint64(owner), uint64(cp)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+func (s *myStore) take(ctx context.Context, sink string, inc uint64, parts []string) ([]PartitionStatus, error) {
+	parts = slices.Sorted(slices.Values(parts)) // one lock order for every taker
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	args := make([]any, 0, 3*len(parts))
+	for _, p := range parts {
+		args = append(args, sink, p, int64(inc))
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO xa_sink_progress (sink, `partition`, epoch, owner, position, checkpoint, updated) VALUES "+
+		placeholders(len(parts), "(?, ?, 1, ?, '', 0, UTC_TIMESTAMP(6))")+
+		" ON DUPLICATE KEY UPDATE epoch = epoch + 1, owner = VALUES(owner), updated = VALUES(updated)", args...); err != nil {
+		return nil, fmt.Errorf("sink: taking partitions: %w", err)
+	}
+	out, err := s.readWith(ctx, tx, sink, parts)
+	if err != nil {
+		return nil, err
+	}
+	return out, tx.Commit()
+}
+
+type myQuerier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func (s *myStore) readWith(ctx context.Context, q myQuerier, sink string, parts []string) ([]PartitionStatus, error) {
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	args := []any{sink}
+	for _, p := range parts {
+		args = append(args, p)
+	}
+	rows, err := q.QueryContext(ctx, "SELECT `partition`, position, epoch, owner, checkpoint, updated FROM xa_sink_progress WHERE sink = ? AND `partition` IN ("+
+		placeholders(len(parts), "?")+") ORDER BY `partition`", args...)
+	if err != nil {
+		return nil, err
+	}
+	return scanMyPartitions(rows)
+}
+
+func (s *myStore) read(ctx context.Context, sink string, parts []string) ([]PartitionStatus, error) {
+	return s.readWith(ctx, s.db, sink, parts)
+}
+
+// decide runs step 3 as one multi-statement round trip:
+//
+//	START TRANSACTION;
+//	UPDATE xa_sink_progress SET position = CASE ..., checkpoint = C ... WHERE sink AND owner AND (partition, epoch) IN (...);
+//	INSERT INTO xa_sink_decisions VALUES (S, I, IF(ROW_COUNT() = n, C, NULL), ...);
+//	COMMIT
+//
+// ROW_COUNT() counts the matched rows (CLIENT_FOUND_ROWS), so the INSERT
+// fails on NOT NULL (1048) unless every partition matched; the server stops
+// at the first failing statement and COMMIT never runs. An external
+// member's decision inserts the row first and moves the progress rows
+// forward.
+func (s *myStore) decide(ctx context.Context, d decision) error {
+	var sb strings.Builder
+	var args []any
+	sb.WriteString("START TRANSACTION; ")
+	if !d.external {
+		if len(d.parts) > 0 {
+			sb.WriteString("UPDATE xa_sink_progress SET position = CASE `partition`")
+			for _, p := range d.parts {
+				sb.WriteString(" WHEN ? THEN ?")
+				args = append(args, p.Partition, p.Position)
+			}
+			sb.WriteString(" END, checkpoint = ?, updated = UTC_TIMESTAMP(6) WHERE sink = ? AND owner = ? AND (`partition`, epoch) IN (")
+			args = append(args, int64(d.txn), d.sink, int64(d.inc))
+			sb.WriteString(placeholders(len(d.parts), "(?, ?)"))
+			for _, p := range d.parts {
+				args = append(args, p.Partition, p.Epoch)
+			}
+			sb.WriteString("); ")
+		}
+		sb.WriteString("INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, decided, origins) VALUES (?, ?, ")
+		args = append(args, d.sink, int64(d.inc))
+		if len(d.parts) > 0 {
+			sb.WriteString("IF(ROW_COUNT() = ?, ?, NULL)")
+			args = append(args, len(d.parts), int64(d.txn))
+		} else {
+			sb.WriteString("?")
+			args = append(args, int64(d.txn))
+		}
+		sb.WriteString(", FALSE, UTC_TIMESTAMP(6), ?); COMMIT")
+		args = append(args, d.origins)
+	} else {
+		sb.WriteString("INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, decided, origins) VALUES (?, ?, ?, FALSE, UTC_TIMESTAMP(6), ?); ")
+		args = append(args, d.sink, int64(d.inc), int64(d.txn), d.origins)
+		if len(d.parts) > 0 {
+			sb.WriteString("INSERT INTO xa_sink_progress (sink, `partition`, epoch, owner, position, checkpoint, updated) VALUES ")
+			sb.WriteString(placeholders(len(d.parts), "(?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))"))
+			for _, p := range d.parts {
+				args = append(args, d.sink, p.Partition, int64(d.generation), int64(d.inc), p.Position, int64(d.checkpoint))
+			}
+			// Assignments run left to right on the updated values:
+			// the condition's columns (checkpoint, epoch) come last.
+			const newer = "(VALUES(epoch) > epoch OR (VALUES(epoch) = epoch AND VALUES(checkpoint) > checkpoint))"
+			sb.WriteString(" ON DUPLICATE KEY UPDATE position = IF(" + newer + ", VALUES(position), position), " +
+				"owner = IF(" + newer + ", VALUES(owner), owner), updated = IF(" + newer + ", VALUES(updated), updated), " +
+				"checkpoint = IF(" + newer + ", VALUES(checkpoint), checkpoint), epoch = GREATEST(epoch, VALUES(epoch)); ")
+		}
+		sb.WriteString("COMMIT")
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, sb.String(), args...)
+	if err != nil {
+		// A statement failed (or the reply was lost): the transaction
+		// may still be open on the session. Roll it back there, or
+		// throw the session away.
+		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}
+	conn.Close()
+	if myErrno(err) == myBadNull {
+		return fmt.Errorf("%w: %v", errEpochMoved, err)
+	}
+	return err
+}
+
+func (s *myStore) claim(ctx context.Context, sink string, inc, txn uint64) (decisionRow, error) {
+	for range 3 {
+		_, err := s.db.ExecContext(ctx, "INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, decided, origins) VALUES (?, ?, ?, TRUE, UTC_TIMESTAMP(6), '')",
+			sink, int64(inc), int64(txn))
+		if err == nil {
+			return decisionRow{aborted: true}, nil
+		}
+		if myErrno(err) != myDupEntry {
+			return decisionRow{}, err
+		}
+		var row decisionRow
+		err = s.db.QueryRowContext(ctx, "SELECT aborted, origins FROM xa_sink_decisions WHERE sink = ? AND incarnation = ? AND checkpoint = ?",
+			sink, int64(inc), int64(txn)).Scan(&row.aborted, &row.origins)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		return row, err
+	}
+	return decisionRow{}, errors.New("sink: the decision row kept vanishing between the insert and the read")
+}
+
+func (s *myStore) lookup(ctx context.Context, sink string, keys []txnKey) (map[txnKey]decisionRow, error) {
+	out := map[txnKey]decisionRow{}
+	for len(keys) > 0 {
+		n := min(len(keys), myChunkKeys)
+		args := []any{sink}
+		for _, k := range keys[:n] {
+			args = append(args, int64(k.inc), int64(k.txn))
+		}
+		rows, err := s.db.QueryContext(ctx, "SELECT incarnation, checkpoint, aborted, origins FROM xa_sink_decisions WHERE sink = ? AND (incarnation, checkpoint) IN ("+
+			placeholders(n, "(?, ?)")+")", args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var i, c int64
+			var row decisionRow
+			if err := rows.Scan(&i, &c, &row.aborted, &row.origins); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[txnKey{uint64(i), uint64(c)}] = row
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		keys = keys[n:]
+	}
+	return out, nil
+}
+
+func (s *myStore) owners(ctx context.Context, sink string) (map[uint64]bool, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT DISTINCT owner FROM xa_sink_progress WHERE sink = ?", sink)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[uint64]bool{}
+	for rows.Next() {
+		var o int64
+		if err := rows.Scan(&o); err != nil {
+			return nil, err
+		}
+		out[uint64(o)] = true
+	}
+	return out, rows.Err()
+}
+
+func (s *myStore) forget(ctx context.Context, sink string, age time.Duration, keep []txnKey) (int, error) {
+	q := "DELETE FROM xa_sink_decisions WHERE sink = ? AND decided < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
+	args := []any{sink, age.Microseconds()}
+	if len(keep) > 0 {
+		q += " AND (incarnation, checkpoint) NOT IN (" + placeholders(len(keep), "(?, ?)") + ")"
+		for _, k := range keep {
+			args = append(args, int64(k.inc), int64(k.txn))
+		}
+	}
+	res, err := s.db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+func (s *myStore) status(ctx context.Context, sink string) (Status, error) {
+	st := Status{Sink: sink}
+	rows, err := s.db.QueryContext(ctx, "SELECT `partition`, position, epoch, owner, checkpoint, updated FROM xa_sink_progress WHERE sink = ? ORDER BY `partition`", sink)
+	if err != nil {
+		return st, err
+	}
+	if st.Partitions, err = scanMyPartitions(rows); err != nil {
+		return st, err
+	}
+	rows, err = s.db.QueryContext(ctx, "SELECT incarnation, started, host, pid FROM xa_sink_instances WHERE sink = ? ORDER BY incarnation", sink)
+	if err != nil {
+		return st, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var in InstanceStatus
+		var inc int64
+		if err := rows.Scan(&inc, &in.Started, &in.Host, &in.PID); err != nil {
+			return st, err
+		}
+		in.Incarnation = uint64(inc)
+		st.Instances = append(st.Instances, in)
+	}
+	countOwned(&st)
+	return st, rows.Err()
+}

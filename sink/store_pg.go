@@ -1,0 +1,291 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// pgStore keeps the bookkeeping tables in PostgreSQL, on a pool of its
+// own (plain sessions, autocommit).
+type pgStore struct {
+	pool *pgxpool.Pool
+}
+
+var pgDDL = []string{
+	`CREATE TABLE IF NOT EXISTS xa_sink_progress (
+		sink text NOT NULL,
+		"partition" text NOT NULL,
+		epoch bigint NOT NULL,
+		owner bigint NOT NULL,
+		position text NOT NULL,
+		checkpoint bigint NOT NULL,
+		updated timestamptz NOT NULL DEFAULT now(),
+		PRIMARY KEY (sink, "partition"))`,
+	`CREATE TABLE IF NOT EXISTS xa_sink_decisions (
+		sink text NOT NULL,
+		incarnation bigint NOT NULL,
+		checkpoint bigint NOT NULL,
+		aborted boolean NOT NULL,
+		decided timestamptz NOT NULL DEFAULT now(),
+		origins text NOT NULL DEFAULT '',
+		PRIMARY KEY (sink, incarnation, checkpoint))`,
+	`CREATE TABLE IF NOT EXISTS xa_sink_instances (
+		sink text NOT NULL,
+		incarnation bigint NOT NULL,
+		started timestamptz NOT NULL DEFAULT now(),
+		host text NOT NULL,
+		pid integer NOT NULL,
+		PRIMARY KEY (sink, incarnation))`,
+}
+
+func openPgStore(ctx context.Context, c TargetConfig) (*pgStore, error) {
+	pc, err := pgxpool.ParseConfig(c.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("%w: target %s: DSN: %v", ErrConfig, c.Name, err)
+	}
+	pc.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("sink: progress target %s: %w", c.Name, err)
+	}
+	return &pgStore{pool: pool}, nil
+}
+
+func (s *pgStore) close() { s.pool.Close() }
+
+func (s *pgStore) setup(ctx context.Context) error {
+	for _, q := range pgDDL {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("sink: setup: %w", err)
+		}
+	}
+	return nil
+}
+
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+func (s *pgStore) allocate(ctx context.Context, sink, host string, pid int) (uint64, error) {
+	var err error
+	for range 10 {
+		var inc int64
+		err = s.pool.QueryRow(ctx, `INSERT INTO xa_sink_instances (sink, incarnation, host, pid)
+			SELECT $1, COALESCE(max(incarnation), 0) + 1, $2, $3 FROM xa_sink_instances WHERE sink = $1 AND incarnation < $4
+			RETURNING incarnation`, sink, host, pid, maxSelfIncarnation).Scan(&inc)
+		if err == nil {
+			return uint64(inc), nil
+		}
+		if pgCode(err) != "23505" {
+			break
+		}
+	}
+	return 0, fmt.Errorf("sink: allocating an incarnation: %w", err)
+}
+
+func (s *pgStore) register(ctx context.Context, sink string, inc uint64, host string, pid int) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO xa_sink_instances (sink, incarnation, host, pid) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
+		sink, int64(inc), host, pid)
+	return err
+}
+
+func scanPartitions(rows pgx.Rows) ([]PartitionStatus, error) {
+	defer rows.Close()
+	var out []PartitionStatus
+	for rows.Next() {
+		var p PartitionStatus
+		var owner, cp int64
+		if err := rows.Scan(&p.Partition, &p.Position, &p.Epoch, &owner, &cp, &p.Updated); err != nil {
+			return nil, err
+		}
+		p.Owner, p.Checkpoint = uint64(owner), uint64(cp)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+func (s *pgStore) take(ctx context.Context, sink string, inc uint64, parts []string) ([]PartitionStatus, error) {
+	parts = slices.Sorted(slices.Values(parts)) // one lock order for every taker
+	rows, err := s.pool.Query(ctx, `INSERT INTO xa_sink_progress AS p (sink, "partition", epoch, owner, position, checkpoint)
+		SELECT $1, part, 1, $2, '', 0 FROM unnest($3::text[]) AS part
+		ON CONFLICT (sink, "partition") DO UPDATE SET epoch = p.epoch + 1, owner = excluded.owner, updated = now()
+		RETURNING "partition", position, epoch, owner, checkpoint, updated`, sink, int64(inc), parts)
+	if err != nil {
+		return nil, fmt.Errorf("sink: taking partitions: %w", err)
+	}
+	return scanPartitions(rows)
+}
+
+func (s *pgStore) read(ctx context.Context, sink string, parts []string) ([]PartitionStatus, error) {
+	rows, err := s.pool.Query(ctx, `SELECT "partition", position, epoch, owner, checkpoint, updated FROM xa_sink_progress
+		WHERE sink = $1 AND "partition" = ANY($2::text[]) ORDER BY "partition"`, sink, parts)
+	if err != nil {
+		return nil, err
+	}
+	return scanPartitions(rows)
+}
+
+func splitParts(ps []PartitionPosition) (names, positions []string, epochs []int64) {
+	for _, p := range ps {
+		names = append(names, p.Partition)
+		positions = append(positions, p.Position)
+		epochs = append(epochs, p.Epoch)
+	}
+	return names, positions, epochs
+}
+
+// decide runs step 3 as one statement (one round trip, one transaction):
+// the UPDATE of the positions under their epochs feeds the INSERT of the
+// decision row, whose checkpoint is NULL, and so violates NOT NULL, unless
+// every partition matched. An external member's decision instead inserts
+// the row first and moves the progress rows forward.
+func (s *pgStore) decide(ctx context.Context, d decision) error {
+	names, positions, epochs := splitParts(d.parts)
+	var err error
+	if !d.external {
+		_, err = s.pool.Exec(ctx, `WITH v AS (SELECT * FROM unnest($3::text[], $4::bigint[], $5::text[]) AS v(part, epoch, position)),
+			upd AS (UPDATE xa_sink_progress p SET position = v.position, checkpoint = $6, updated = now() FROM v
+				WHERE p.sink = $1 AND p."partition" = v.part AND p.epoch = v.epoch AND p.owner = $2 RETURNING 1)
+			INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, origins)
+			SELECT $1, $2, CASE WHEN count(*) = $7 THEN $6::bigint END, false, $8 FROM upd`,
+			d.sink, int64(d.inc), names, epochs, positions, int64(d.txn), len(names), d.origins)
+		if pgCode(err) == "23502" {
+			return fmt.Errorf("%w: %v", errEpochMoved, err)
+		}
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `WITH d AS (INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, origins)
+				VALUES ($1, $2, $5, false, $6) RETURNING 1),
+			v AS (SELECT * FROM unnest($3::text[], $4::text[]) AS v(part, position))
+			INSERT INTO xa_sink_progress AS p (sink, "partition", epoch, owner, position, checkpoint)
+			SELECT $1, v.part, $7, $2, v.position, $8 FROM v, d
+			ON CONFLICT (sink, "partition") DO UPDATE SET position = excluded.position, owner = excluded.owner,
+				epoch = excluded.epoch, checkpoint = excluded.checkpoint, updated = now()
+			WHERE (excluded.epoch, excluded.checkpoint) > (p.epoch, p.checkpoint)`,
+		d.sink, int64(d.inc), names, positions, int64(d.txn), d.origins, int64(d.generation), int64(d.checkpoint))
+	return err
+}
+
+func (s *pgStore) claim(ctx context.Context, sink string, inc, txn uint64) (decisionRow, error) {
+	for range 3 {
+		var inserted bool
+		err := s.pool.QueryRow(ctx, `WITH ins AS (INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted)
+			VALUES ($1, $2, $3, true) ON CONFLICT DO NOTHING RETURNING 1) SELECT count(*) > 0 FROM ins`,
+			sink, int64(inc), int64(txn)).Scan(&inserted)
+		if err != nil {
+			return decisionRow{}, err
+		}
+		if inserted {
+			return decisionRow{aborted: true}, nil
+		}
+		var row decisionRow
+		err = s.pool.QueryRow(ctx, `SELECT aborted, origins FROM xa_sink_decisions WHERE sink = $1 AND incarnation = $2 AND checkpoint = $3`,
+			sink, int64(inc), int64(txn)).Scan(&row.aborted, &row.origins)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // forgotten in between: insert again
+		}
+		return row, err
+	}
+	return decisionRow{}, errors.New("sink: the decision row kept vanishing between the insert and the read")
+}
+
+func (s *pgStore) lookup(ctx context.Context, sink string, keys []txnKey) (map[txnKey]decisionRow, error) {
+	out := map[txnKey]decisionRow{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	incs := make([]int64, len(keys))
+	txns := make([]int64, len(keys))
+	for i, k := range keys {
+		incs[i], txns[i] = int64(k.inc), int64(k.txn)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT d.incarnation, d.checkpoint, d.aborted, d.origins FROM xa_sink_decisions d
+		JOIN unnest($2::bigint[], $3::bigint[]) AS k(i, c) ON d.incarnation = k.i AND d.checkpoint = k.c WHERE d.sink = $1`,
+		sink, incs, txns)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var i, c int64
+		var row decisionRow
+		if err := rows.Scan(&i, &c, &row.aborted, &row.origins); err != nil {
+			return nil, err
+		}
+		out[txnKey{uint64(i), uint64(c)}] = row
+	}
+	return out, rows.Err()
+}
+
+func (s *pgStore) owners(ctx context.Context, sink string) (map[uint64]bool, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT owner FROM xa_sink_progress WHERE sink = $1`, sink)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[uint64]bool{}
+	for rows.Next() {
+		var o int64
+		if err := rows.Scan(&o); err != nil {
+			return nil, err
+		}
+		out[uint64(o)] = true
+	}
+	return out, rows.Err()
+}
+
+func (s *pgStore) forget(ctx context.Context, sink string, age time.Duration, keep []txnKey) (int, error) {
+	incs := make([]int64, len(keep))
+	txns := make([]int64, len(keep))
+	for i, k := range keep {
+		incs[i], txns[i] = int64(k.inc), int64(k.txn)
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM xa_sink_decisions d WHERE sink = $1
+		AND decided < now() - $2::bigint * interval '1 microsecond'
+		AND NOT EXISTS (SELECT 1 FROM unnest($3::bigint[], $4::bigint[]) AS k(i, c) WHERE k.i = d.incarnation AND k.c = d.checkpoint)`,
+		sink, age.Microseconds(), incs, txns)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (s *pgStore) status(ctx context.Context, sink string) (Status, error) {
+	st := Status{Sink: sink}
+	rows, err := s.pool.Query(ctx, `SELECT "partition", position, epoch, owner, checkpoint, updated FROM xa_sink_progress
+		WHERE sink = $1 ORDER BY "partition"`, sink)
+	if err != nil {
+		return st, err
+	}
+	if st.Partitions, err = scanPartitions(rows); err != nil {
+		return st, err
+	}
+	rows, err = s.pool.Query(ctx, `SELECT incarnation, started, host, pid FROM xa_sink_instances WHERE sink = $1 ORDER BY incarnation`, sink)
+	if err != nil {
+		return st, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var in InstanceStatus
+		var inc int64
+		var pid int32
+		if err := rows.Scan(&inc, &in.Started, &in.Host, &pid); err != nil {
+			return st, err
+		}
+		in.Incarnation, in.PID = uint64(inc), int(pid)
+		st.Instances = append(st.Instances, in)
+	}
+	countOwned(&st)
+	return st, rows.Err()
+}
