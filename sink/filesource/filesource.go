@@ -1,0 +1,215 @@
+// Package filesource is a sink.Source over files of newline-delimited
+// JSON (or any lines): one partition per file, named by its path as
+// given; a record per non-empty line, its value the line without the line
+// break; the position after a record is the byte offset just past its
+// line, in decimal. Files are read to their end: the source is bounded.
+package filesource
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"strconv"
+
+	"github.com/xadb/xa/sink"
+)
+
+// Config lists the files.
+type Config struct {
+	// Files are the paths, one partition each.
+	Files []string
+	// Batch bounds the records of one Poll (default 500).
+	Batch int
+	// MaxLine bounds a line (default 1 MiB); a longer one is an error.
+	MaxLine int
+}
+
+// Source reads the files of a Config. It implements sink.Source.
+type Source struct {
+	cfg       Config
+	h         sink.Handler
+	assigned  bool
+	parts     []*part
+	rr        int
+	committed map[string]string
+}
+
+type part struct {
+	name string
+	f    *os.File
+	r    *bufio.Reader
+	off  int64 // offset of the next byte r returns
+	eof  bool
+}
+
+var _ sink.Source = (*Source)(nil)
+
+// New returns a Source of cfg.
+func New(cfg Config) (*Source, error) {
+	if len(cfg.Files) == 0 {
+		return nil, errors.New("filesource: no files")
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 500
+	}
+	if cfg.MaxLine <= 0 {
+		cfg.MaxLine = 1 << 20
+	}
+	s := &Source{cfg: cfg, committed: map[string]string{}}
+	seen := map[string]bool{}
+	for _, f := range cfg.Files {
+		if seen[f] {
+			return nil, fmt.Errorf("filesource: %s twice", f)
+		}
+		seen[f] = true
+		s.parts = append(s.parts, &part{name: f})
+	}
+	return s, nil
+}
+
+// Start records the handler; the files are assigned at the first Poll.
+func (s *Source) Start(ctx context.Context, h sink.Handler) error {
+	s.h = h
+	return nil
+}
+
+// Poll assigns every file at its first call, then returns up to Batch
+// records taken round-robin from the files; io.EOF once every file is read
+// to its end.
+func (s *Source) Poll(ctx context.Context) ([]sink.Record, error) {
+	if !s.assigned {
+		pos, err := s.h.Assigned(ctx, slicesOf(s.parts))
+		if err != nil {
+			return nil, err
+		}
+		s.assigned = true
+		all := map[string]string{}
+		for _, p := range s.parts {
+			all[p.name] = pos[p.name]
+		}
+		if err := s.Seek(ctx, all); err != nil {
+			return nil, err
+		}
+	}
+	var out []sink.Record
+	per := max(1, s.cfg.Batch/len(s.parts))
+	for i := 0; i < len(s.parts) && len(out) < s.cfg.Batch; i++ {
+		p := s.parts[(s.rr+i)%len(s.parts)]
+		for n := 0; n < per && len(out) < s.cfg.Batch && !p.eof; n++ {
+			rec, ok, err := s.next(p)
+			if err != nil {
+				return out, err
+			}
+			if ok {
+				out = append(out, rec)
+			}
+		}
+	}
+	s.rr = (s.rr + 1) % len(s.parts)
+	if len(out) == 0 {
+		for _, p := range s.parts {
+			if !p.eof {
+				return nil, nil
+			}
+		}
+		return nil, io.EOF
+	}
+	return out, nil
+}
+
+// next reads one line of p; ok is false for an empty line or the end.
+func (s *Source) next(p *part) (sink.Record, bool, error) {
+	var line []byte
+	for {
+		chunk, err := p.r.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > s.cfg.MaxLine {
+			return sink.Record{}, false, fmt.Errorf("filesource: %s: a line at offset %d is longer than %d bytes", p.name, p.off, s.cfg.MaxLine)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if errors.Is(err, io.EOF) {
+			p.eof = true
+		} else if err != nil {
+			return sink.Record{}, false, fmt.Errorf("filesource: %s: %w", p.name, err)
+		}
+		break
+	}
+	p.off += int64(len(line))
+	value := bytes.TrimRight(line, "\r\n")
+	if len(bytes.TrimSpace(value)) == 0 {
+		return sink.Record{}, false, nil
+	}
+	return sink.Record{Partition: p.name, Next: strconv.FormatInt(p.off, 10), Value: value}, true, nil
+}
+
+// Seek positions each file of positions at its byte offset ("" : 0).
+func (s *Source) Seek(ctx context.Context, positions map[string]string) error {
+	for name, pos := range positions {
+		var p *part
+		for _, q := range s.parts {
+			if q.name == name {
+				p = q
+			}
+		}
+		if p == nil {
+			return fmt.Errorf("filesource: no partition %q", name)
+		}
+		var off int64
+		if pos != "" {
+			var err error
+			off, err = strconv.ParseInt(pos, 10, 64)
+			if err != nil || off < 0 {
+				return fmt.Errorf("filesource: %s: bad position %q", name, pos)
+			}
+		}
+		if p.f == nil {
+			f, err := os.Open(p.name)
+			if err != nil {
+				return fmt.Errorf("filesource: %w", err)
+			}
+			p.f = f
+		}
+		if _, err := p.f.Seek(off, io.SeekStart); err != nil {
+			return fmt.Errorf("filesource: %s: %w", name, err)
+		}
+		p.r = bufio.NewReaderSize(p.f, 64<<10)
+		p.off, p.eof = off, false
+	}
+	return nil
+}
+
+// Committed remembers the positions (see Acknowledged).
+func (s *Source) Committed(ctx context.Context, positions map[string]string) error {
+	maps.Copy(s.committed, positions)
+	return nil
+}
+
+// Acknowledged returns the positions the sink reported committed.
+func (s *Source) Acknowledged() map[string]string { return maps.Clone(s.committed) }
+
+// Close closes the files.
+func (s *Source) Close() error {
+	var errs []error
+	for _, p := range s.parts {
+		if p.f != nil {
+			errs = append(errs, p.f.Close())
+			p.f = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func slicesOf(ps []*part) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.name
+	}
+	return out
+}
