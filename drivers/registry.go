@@ -7,6 +7,25 @@
 // manager implements xa.ResourceManager, passes the conformance suite
 // drivers/rmtest, and has a start-up Check; and one line in the kinds
 // table below.
+//
+// The drivers are laid out alike, a file per job:
+//
+//	rm.go         Config, Open, the resource manager, Start
+//	enlist.go     RM.Enlist: the branch's session, typed
+//	branch.go     one branch on its pinned session: prepare, commit, roll back, one phase
+//	conn.go       the application's session (Conn): statements on the branch
+//	phase2.go     commit and rollback by XID from another session (recovery)
+//	recover.go    the recover listing (and, for MySQL, what it cannot show)
+//	decisions.go  the decision table of a last resource (PostgreSQL)
+//	sqltext.go    scanning SQL text: transaction control refused, literals
+//	xid.go        XIDs as the server writes them
+//	errors.go     server errors to xa error kinds: the one place
+//	check.go      the start-up check: findings with fixes
+//	doc.go        what the package owns and what the caller must do
+//
+// MySQL has two more: connector.go (database/sql's connector and what a
+// connection learns of its server) and session.go (pinned sessions and
+// KILL QUERY).
 package drivers
 
 import (

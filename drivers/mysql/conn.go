@@ -2,312 +2,298 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
-	"math"
-	"strconv"
-	"sync/atomic"
-	"time"
+	"sync"
+
+	"github.com/xadb/xa/xa"
 )
 
-// mysqlDriverConn is the method set of go-sql-driver's connection that
-// database/sql uses. drvConn embeds it so that database/sql finds every
-// optional interface it finds on the driver's own connection.
-type mysqlDriverConn interface {
-	driver.Conn
-	driver.ConnBeginTx
-	driver.ConnPrepareContext
-	driver.ExecerContext
-	driver.QueryerContext
-	driver.Pinger
-	driver.SessionResetter
-	driver.Validator
-	driver.NamedValueChecker
+// Conn is the application's handle on a branch's session (what
+// Branch.Session returns): statements run on the one database session the
+// branch owns. It has no Begin, Commit or Rollback: the transaction
+// manager ends the branch. The server refuses COMMIT, BEGIN, DDL and the
+// like inside a branch (an *xa.Error with ErrInvalidState, and
+// ErrTransactionControl for COMMIT/ROLLBACK/BEGIN/START); Conn itself
+// refuses XA statements and SET autocommit without sending them.
+//
+// The context of each call bounds that statement; the context given to
+// Start bounds them all. When either ends while a statement runs, the
+// statement is cancelled on the server (KILL QUERY) and the call returns an
+// error matching the context's error; the branch stays usable and can be
+// rolled back. A Conn is for one goroutine at a time, like a transaction.
+//
+// A branch's first statement carries XA START with it in one round trip
+// when it is ExecContext (and go-sql-driver can interpolate its
+// arguments); a first QueryContext or QueryRowContext sends XA START on
+// its own first.
+type Conn struct {
+	b *branch
 }
 
-// drvConn is one physical connection of the RM's pool: go-sql-driver's
-// connection plus what this package learns about it once, when it is made.
-// A branch reaches it through sql.Conn.Raw.
-type drvConn struct {
-	mysqlDriverConn
-
-	// id is the server's CONNECTION_ID() of this session.
-	id uint64
-	// server is what the server said about itself on this connection.
-	server serverInfo
-
-	// xa is set while an XA branch may be attached to the session (from
-	// just before XA START until the branch ended cleanly). Such a
-	// connection is never handed out again: ResetSession and IsValid
-	// refuse it, so database/sql closes it. Branches discard such
-	// sessions explicitly; this is the safety net.
-	xa atomic.Bool
-	// cleanAt is when the session was last released with no branch on it,
-	// on the server's clock (a lower bound, Unix nanoseconds; 0 never).
-	cleanAt atomic.Int64
-	// clock relates this process's clock to the server's.
-	clock serverClock
-	// dialed is the local time before the connection was dialed.
-	dialed time.Time
-	// started is the second in which the server started (see
-	// serverStartQuery).
-	started int64
-
-	rm *RM
-}
-
-// Close closes the connection and forgets it.
-func (c *drvConn) Close() error {
-	c.rm.conns.CompareAndDelete(c.id, c)
-	return c.mysqlDriverConn.Close()
-}
-
-// ResetSession refuses a connection that may still carry an XA branch.
-func (c *drvConn) ResetSession(ctx context.Context) error {
-	if c.xa.Load() {
-		return driver.ErrBadConn
+// ExecContext runs a statement that returns no rows. The result's
+// RowsAffected and LastInsertId are those of query (of its last statement
+// if it holds several).
+func (c *Conn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.ready(ctx, query); err != nil {
+		return nil, err
 	}
-	return c.mysqlDriverConn.ResetSession(ctx)
-}
-
-// IsValid reports false for a connection that may still carry an XA branch,
-// so that database/sql closes it instead of pooling it.
-func (c *drvConn) IsValid() bool {
-	return !c.xa.Load() && c.mysqlDriverConn.IsValid()
-}
-
-// serverClock relates the local clock to the server's, from one reading of
-// the server's @@timestamp taken when the connection was made: at was read
-// on the server between the local times sent and got. Later server times
-// are estimated from the local clock's elapsed time (Go's monotonic
-// reading), so a step of the local wall clock does not move them, and the
-// error is the connection's first round trip plus the drift of the two
-// clocks' rates.
-type serverClock struct {
-	at        time.Time // the server's @@timestamp
-	sent, got time.Time // local times around the reading
-}
-
-// high returns a server time no earlier than the server's clock at local
-// time now.
-func (c serverClock) high(now time.Time) time.Time { return c.at.Add(now.Sub(c.sent)) }
-
-// low returns a server time no later than the server's clock at local time
-// now.
-func (c serverClock) low(now time.Time) time.Time { return c.at.Add(now.Sub(c.got)) }
-
-// serverInfo is what a connection learns about its server.
-type serverInfo struct {
-	version string // VERSION()
-	mariaDB bool
-	major   int
-	minor   int
-	patch   int
-	// detachOnPrepare: MySQL 8.0.29+ with xa_detach_on_prepare=ON
-	// detaches a prepared branch from its session at XA PREPARE.
-	detachOnPrepare bool
-}
-
-// parseVersion fills the version fields from a VERSION() string such as
-// "10.11.19-MariaDB-0+deb12u1" or "8.0.36".
-func parseVersion(v string) serverInfo {
-	si := serverInfo{version: v}
-	si.mariaDB = containsFold(v, "mariadb")
-	nums := [3]int{}
-	i := 0
-	for part := range 3 {
-		start := i
-		for i < len(v) && v[i] >= '0' && v[i] <= '9' {
-			i++
+	if b.state == stIdle {
+		res, err, done := b.execFirst(ctx, query, args)
+		if done {
+			return res, err
 		}
-		n, _ := strconv.Atoi(v[start:i])
-		nums[part] = n
-		if i >= len(v) || v[i] != '.' {
-			break
-		}
-		i++
-	}
-	si.major, si.minor, si.patch = nums[0], nums[1], nums[2]
-	return si
-}
-
-// atLeast reports whether the server version is at least major.minor.patch.
-func (si serverInfo) atLeast(major, minor, patch int) bool {
-	if si.major != major {
-		return si.major > major
-	}
-	if si.minor != minor {
-		return si.minor > minor
-	}
-	return si.patch >= patch
-}
-
-// flavor returns "MariaDB" or "MySQL".
-func (si serverInfo) flavor() string {
-	if si.mariaDB {
-		return "MariaDB"
-	}
-	return "MySQL"
-}
-
-// connector makes the RM's connections: go-sql-driver's connector, then
-// one query to learn the session's id, the server's version and clock (and,
-// on MySQL 8.0.29+, a second one for xa_detach_on_prepare).
-type connector struct {
-	inner driver.Connector
-	rm    *RM
-}
-
-func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
-
-func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
-	dialed := c.rm.now()
-	dc, err := c.inner.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	mc, ok := dc.(mysqlDriverConn)
-	if !ok {
-		dc.Close()
-		return nil, fmt.Errorf("mysql: go-sql-driver connection %T lacks an interface this package needs", dc)
-	}
-	w := &drvConn{mysqlDriverConn: mc, rm: c.rm, dialed: dialed}
-	// One round trip on MariaDB; MySQL 8 has its status in
-	// performance_schema and takes a second one.
-	sent := c.rm.now()
-	row, err := queryRow(ctx, mc, "SELECT CONNECTION_ID(), VERSION(), @@timestamp, ("+serverStartQuery(serverInfo{mariaDB: true})+")")
-	got := c.rm.now()
-	if errNumber(err) != 0 {
-		sent = c.rm.now()
-		row, err = queryRow(ctx, mc, "SELECT CONNECTION_ID(), VERSION(), @@timestamp, ("+serverStartQuery(serverInfo{})+")")
-		got = c.rm.now()
-	}
-	if err != nil {
-		mc.Close()
-		return nil, err
-	}
-	w.id, err = asUint(row[0])
-	if err == nil {
-		w.started, err = asInt(row[3])
-	}
-	if err != nil {
-		mc.Close()
-		return nil, err
-	}
-	w.server = parseVersion(asString(row[1]))
-	at, err := asUnixTime(row[2])
-	if err != nil {
-		mc.Close()
-		return nil, err
-	}
-	w.clock = serverClock{at: at, sent: sent, got: got}
-	if !w.server.mariaDB && w.server.atLeast(8, 0, 29) {
-		// MySQL 8 only: the variable exists from 8.0.29 and may be set
-		// per session.
-		row, err := queryRow(ctx, mc, "SELECT @@SESSION.xa_detach_on_prepare")
-		if err != nil {
-			mc.Close()
+		// Not interpolable: XA START on its own, then the statement as
+		// database/sql would run it (a server-side prepared statement).
+		if err := b.start(ctx); err != nil {
 			return nil, err
 		}
-		on, _ := asUint(row[0])
-		w.server.detachOnPrepare = on == 1
 	}
-	c.rm.conns.Store(w.id, w)
-	return w, nil
+	drv, g := b.s.watch(ctx, b.work)
+	res, err := b.s.conn.ExecContext(drv, query, args...)
+	err, cause := g.finish(err)
+	return res, b.statementDone(query, err, cause)
 }
 
-// queryRow runs a query without arguments on a driver connection and
-// returns its first row.
-func queryRow(ctx context.Context, c driver.QueryerContext, query string) ([]driver.Value, error) {
-	rows, err := c.QueryContext(ctx, query, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	dest := make([]driver.Value, len(rows.Columns()))
-	if err := rows.Next(dest); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("mysql: %s returned no row", query)
+// execFirst tries to send "XA START x; query" in one round trip, with the
+// arguments interpolated by go-sql-driver. done is false when nothing was
+// sent because the arguments cannot be interpolated (the driver would fall
+// back to a server-side prepared statement, which cannot carry two
+// statements).
+func (b *branch) execFirst(ctx context.Context, query string, args []any) (res sql.Result, err error, done bool) {
+	var nv []driver.NamedValue
+	b.s.dc.xa.Store(true)
+	drv, g := b.s.watch(ctx, b.work)
+	var sendErr error
+	rawErr := b.s.conn.Raw(func(dc any) error {
+		w := dc.(*drvConn)
+		var ok bool
+		if nv, ok = namedValues(w, args); !ok {
+			return errNotSent
 		}
-		return nil, err
+		r, err := w.ExecContext(drv, "XA START "+b.lit+"; "+query, nv)
+		if errors.Is(err, driver.ErrSkip) {
+			return errNotSent
+		}
+		if r != nil {
+			res = r
+		}
+		sendErr = err
+		if errors.Is(err, driver.ErrBadConn) {
+			return err // let database/sql close the connection
+		}
+		return nil
+	})
+	if errors.Is(rawErr, errNotSent) {
+		g.stop()
+		b.s.dc.xa.Store(false)
+		return nil, nil, false
 	}
-	return dest, nil
-}
-
-func asUint(v driver.Value) (uint64, error) {
-	switch x := v.(type) {
-	case int64:
-		return uint64(x), nil
-	case uint64:
-		return x, nil
-	case []byte:
-		return strconv.ParseUint(string(x), 10, 64)
-	case string:
-		return strconv.ParseUint(x, 10, 64)
+	if rawErr != nil && sendErr == nil {
+		sendErr = rawErr
 	}
-	return 0, fmt.Errorf("mysql: unexpected value %v (%T), want an integer", v, v)
-}
-
-func asInt(v driver.Value) (int64, error) {
-	switch x := v.(type) {
-	case int64:
-		return x, nil
-	case []byte, string:
-		return strconv.ParseInt(asString(x), 10, 64)
+	sendErr, cause := g.finish(sendErr)
+	if sendErr == nil {
+		b.state = stActive
+		return res, nil, true
 	}
-	return 0, fmt.Errorf("mysql: unexpected value %v (%T), want an integer", v, v)
-}
-
-// asUnixTime converts a Unix time in seconds with a fraction (@@timestamp)
-// to a time.
-func asUnixTime(v driver.Value) (time.Time, error) {
-	var f float64
-	switch x := v.(type) {
-	case float64:
-		f = x
-	case []byte, string:
-		var err error
-		if f, err = strconv.ParseFloat(asString(x), 64); err != nil {
-			return time.Time{}, fmt.Errorf("mysql: unexpected time %q: %w", asString(x), err)
+	if connectionLost(sendErr) {
+		b.markLost(sendErr)
+		return nil, b.err(opExec, xa.ErrRolledBack, sendErr), true
+	}
+	switch errNumber(sendErr) {
+	case erXAERInval, erXAEROutside, erXAERDupID:
+		// Only XA START answers these: it was refused, the statement did
+		// not run.
+		return nil, b.started(sendErr, nil), true
+	case erXAERRMFail, erQueryInterrupted:
+		// Refused by XA START, or by the statement after it, or
+		// interrupted by a kill at either: ask the server.
+		if err := b.probeStarted(); err != nil {
+			return nil, err, true
 		}
 	default:
-		return time.Time{}, fmt.Errorf("mysql: unexpected time %v (%T)", v, v)
-	}
-	sec := math.Floor(f)
-	return time.Unix(int64(sec), int64(math.Round((f-sec)*1e6))*1e3), nil
-}
-
-func asString(v driver.Value) string {
-	switch x := v.(type) {
-	case []byte:
-		return string(x)
-	case string:
-		return x
-	case nil:
-		return ""
-	}
-	return fmt.Sprint(v)
-}
-
-// containsFold reports whether s contains the ASCII lower-case word w,
-// ignoring ASCII case, without allocating.
-func containsFold(s, w string) bool {
-	for i := 0; i+len(w) <= len(s); i++ {
-		j := 0
-		for ; j < len(w); j++ {
-			c := s[i+j]
-			if c >= 'A' && c <= 'Z' {
-				c += 'a' - 'A'
+		if cause != nil && errNumber(sendErr) == 0 {
+			if err := b.probeStarted(); err != nil {
+				return nil, err, true
 			}
-			if c != w[j] {
-				break
-			}
-		}
-		if j == len(w) {
-			return true
+		} else {
+			// XA START ran; the statement after it failed.
+			b.state = stActive
 		}
 	}
-	return false
+	return nil, b.statementDone(query, sendErr, cause), true
+}
+
+// errNotSent says that execFirst sent nothing.
+var errNotSent = errors.New("mysql: not sent")
+
+// probeStarted finds out whether XA START took effect after an ambiguous
+// error by sending it again: 1399 means it had (the branch is active or
+// rollback-only); success means it had not, and has now.
+func (b *branch) probeStarted() error {
+	err := b.s.exec(context.Background(), "XA START "+b.lit)
+	switch {
+	case err == nil:
+		b.state = stActive
+		return nil
+	case errNumber(err) == erXAERRMFail:
+		b.state = stActive
+		if rmfailState(err) == "ROLLBACK ONLY" {
+			b.state = stRollbackOnly
+			b.reason = err
+		}
+		return nil
+	}
+	return b.started(err, nil)
+}
+
+// namedValues converts args as database/sql would for go-sql-driver
+// (driverArgsConnLocked with the connection's NamedValueChecker). ok is
+// false for anything the fast path does not handle: named or output
+// arguments, or a conversion error (database/sql reports it then).
+func namedValues(c driver.NamedValueChecker, args []any) ([]driver.NamedValue, bool) {
+	if len(args) == 0 {
+		return nil, true
+	}
+	nv := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		switch a.(type) {
+		case sql.NamedArg, sql.Out:
+			return nil, false
+		}
+		nv[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+		if err := c.CheckNamedValue(&nv[i]); err != nil {
+			return nil, false
+		}
+	}
+	return nv, true
+}
+
+// statementDone turns the error of an application statement into what the
+// caller sees, and updates the branch state: a broken session loses the
+// branch, a deadlock makes it rollback-only, a cancelled statement reports
+// the context's error.
+func (b *branch) statementDone(query string, err error, cause error) error {
+	if err == nil {
+		return nil
+	}
+	if connectionLost(err) {
+		b.markLost(err)
+		return b.err(opExec, xa.ErrRolledBack, err)
+	}
+	if rolledBackByServer(err) {
+		b.state = stRollbackOnly
+		b.reason = err
+		return b.err(opExec, xa.ErrRolledBack, err)
+	}
+	if cause != nil && interrupted(err) {
+		return &cancelledError{ctxErr: cause, serverErr: err}
+	}
+	switch errNumber(err) {
+	case erXAERRMFail, erXAEROutside:
+		if transactionControl(firstKeyword(query)) {
+			// COMMIT, BEGIN ... refused by the server inside the branch.
+			err = fmt.Errorf("%w: %w", xa.ErrTransactionControl, err)
+		}
+		return b.err(opExec, xa.ErrInvalidState, err)
+	}
+	return err
+}
+
+// QueryContext runs a query on the branch's session. As the first
+// statement of the branch it costs an extra round trip for XA START.
+// Until the rows are closed, the contexts keep bounding the query.
+func (c *Conn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.ready(ctx, query); err != nil {
+		return nil, err
+	}
+	if b.state == stIdle {
+		if err := b.start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	drv, g := b.s.watch(ctx, b.work)
+	rows, err := b.s.conn.QueryContext(drv, query, args...)
+	if err != nil {
+		err, cause := g.finish(err)
+		return nil, b.statementDone(query, err, cause)
+	}
+	b.pending = g
+	return rows, nil
+}
+
+// QueryRowContext runs a query expected to return at most one row; errors
+// are deferred to Row.Scan, as with database/sql.
+func (c *Conn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.ready(ctx, query); err != nil {
+		return errRow(err)
+	}
+	if b.state == stIdle {
+		if err := b.start(ctx); err != nil {
+			return errRow(err)
+		}
+	}
+	drv, g := b.s.watch(ctx, b.work)
+	row := b.s.conn.QueryRowContext(drv, query, args...)
+	if err := row.Err(); err != nil {
+		ferr, cause := g.finish(err)
+		if mapped := b.statementDone(query, ferr, cause); mapped != err {
+			return errRow(mapped)
+		}
+		return row
+	}
+	b.pending = g
+	return row
+}
+
+// errRow returns a *sql.Row whose Scan and Err return err. database/sql
+// offers no constructor for a Row carrying an error, so this goes through
+// a database/sql handle on a tiny in-process driver whose only query fails
+// with the error it finds in the context. No database is involved.
+func errRow(err error) *sql.Row {
+	errDBOnce.Do(func() { errDB = sql.OpenDB(errConnector{}) })
+	return errDB.QueryRowContext(context.WithValue(context.Background(), rowErrKey{}, err), "")
+}
+
+var (
+	errDBOnce sync.Once
+	errDB     *sql.DB
+)
+
+type rowErrKey struct{}
+
+type errConnector struct{}
+
+func (errConnector) Connect(context.Context) (driver.Conn, error) { return errConn{}, nil }
+func (errConnector) Driver() driver.Driver                        { return errDriver{} }
+
+type errDriver struct{}
+
+func (errDriver) Open(string) (driver.Conn, error) { return errConn{}, nil }
+
+type errConn struct{}
+
+var errNoStatements = errors.New("mysql: internal error-row connection runs no statements")
+
+func (errConn) Prepare(string) (driver.Stmt, error) { return nil, errNoStatements }
+func (errConn) Close() error                        { return nil }
+func (errConn) Begin() (driver.Tx, error)           { return nil, errNoStatements }
+
+func (errConn) QueryContext(ctx context.Context, _ string, _ []driver.NamedValue) (driver.Rows, error) {
+	if err, ok := ctx.Value(rowErrKey{}).(error); ok {
+		return nil, err
+	}
+	return nil, errNoStatements
 }

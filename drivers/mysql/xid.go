@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"encoding/hex"
-	"fmt"
 	"strconv"
 
 	"github.com/xadb/xa/xa"
@@ -26,28 +25,4 @@ func formatXIDLiteral(formatID int64, gtrid, bqual []byte) string {
 	b = append(b, "',"...)
 	b = strconv.AppendInt(b, formatID, 10)
 	return string(b)
-}
-
-// parseRecoverRow turns one XA RECOVER row (formatID, gtrid_length,
-// bqual_length, data) into a PreparedBranch. Raw is always set; XID is
-// left zero when the row is not a valid xa.XID (a foreign branch with a
-// formatID beyond int32, or lengths that do not add up), so that such a
-// branch is listed but can never be mistaken for one of ours. A malformed
-// row never fails the listing: the other branches, ours among them, must
-// still be recovered.
-func parseRecoverRow(formatID, gtridLen, bqualLen int64, data []byte) xa.PreparedBranch {
-	if gtridLen < 0 || bqualLen < 0 || gtridLen+bqualLen != int64(len(data)) {
-		return xa.PreparedBranch{Raw: fmt.Sprintf("malformed XA RECOVER row: formatID %d, gtrid_length %d, bqual_length %d, data X'%x'",
-			formatID, gtridLen, bqualLen, data)}
-	}
-	gtrid := append([]byte(nil), data[:gtridLen]...)
-	bqual := append([]byte{}, data[gtridLen:]...)
-	p := xa.PreparedBranch{Raw: formatXIDLiteral(formatID, gtrid, bqual)}
-	if formatID >= 0 && formatID <= 1<<31-1 {
-		x := xa.XID{FormatID: int32(formatID), Gtrid: gtrid, Bqual: bqual}
-		if x.Validate() == nil {
-			p.XID = x
-		}
-	}
-	return p
 }
