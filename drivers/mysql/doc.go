@@ -56,7 +56,7 @@
 //     is closed, never pooled, and the branch stays prepared.
 //  5. Treat ErrRetryable as "try again later", ErrOutcomeUnknown as "ask
 //     the decision log", and ErrUnknownXID after a commit as ambiguous
-//     (fact 7 of xa-facts.md): never as success by itself.
+//     (fact 7 of docs/xa-facts.md): never as success by itself.
 //  6. Not set autocommit, change the default database or leave other
 //     session state behind on a branch session: the session goes back to
 //     the pool after the branch. (SET autocommit is refused; other session

@@ -23,7 +23,7 @@ var sharedReadings sync.Map
 // MariaDB keeps a prepared branch attached to the session that prepared
 // it, and committing from another session while that one is still closing
 // can answer 1397 while the branch is still listed, or even answer success
-// without committing (xa-facts.md fact 7). So, when from.Session is set
+// without committing (docs/xa-facts.md, fact 7). So, when from.Session is set
 // and the server has not restarted since from.Prepared, Commit returns
 // ErrRetryable while that connection id is still in the process list, and
 // then until InnoDB shows no transaction of that session. Both need the

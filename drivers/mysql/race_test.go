@@ -17,7 +17,7 @@ import (
 )
 
 // raceRounds is how many branches each part of TestFact7Race runs: ~500
-// by default, 16,000 with XA_LONG=1 (the size of the run in xa-facts.md).
+// by default, 16,000 with XA_LONG=1 (the size of the run in docs/xa-facts.md, fact 7).
 func raceRounds() int {
 	if os.Getenv("XA_LONG") == "1" {
 		return 16000

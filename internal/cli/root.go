@@ -46,7 +46,7 @@ func (e *exitError) Error() string {
 }
 func (e *exitError) Unwrap() error { return e.err }
 
-// inDoubt is returned by commands that succeeded but leave in-doubt
+// errInDoubt is returned by commands that succeeded but leave in-doubt
 // branches: exit code 3, no error message.
 var errInDoubt = &exitError{code: ExitInDoubt}
 

@@ -93,7 +93,7 @@ Exit code 0 when every check passes.`,
 	return cmd
 }
 
-// step prints numbered steps and a live status line.
+// stepper prints numbered steps and a live status line.
 type stepper struct {
 	w     io.Writer
 	n, of int
