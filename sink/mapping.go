@@ -141,6 +141,9 @@ func parseFrom(from string) (colSource, error) {
 		if end == 0 {
 			return colSource{}, fmt.Errorf("JSON path %q: empty field name", from)
 		}
+		if strings.ContainsRune(p[:end], ']') {
+			return colSource{}, fmt.Errorf("JSON path %q: ] without [", from)
+		}
 		steps = append(steps, step{field: p[:end], index: -1})
 		p = p[end:]
 		if strings.HasPrefix(p, ".") {

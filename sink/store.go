@@ -133,7 +133,11 @@ func encodeOrigins(bs []BranchState) string {
 		if b.Session == 0 && b.Prepared.IsZero() {
 			continue
 		}
-		parts = append(parts, b.Target+"="+strconv.FormatUint(b.Session, 10)+":"+strconv.FormatInt(b.Prepared.UnixNano(), 10))
+		var ns int64
+		if !b.Prepared.IsZero() {
+			ns = b.Prepared.UnixNano()
+		}
+		parts = append(parts, b.Target+"="+strconv.FormatUint(b.Session, 10)+":"+strconv.FormatInt(ns, 10))
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, ";")

@@ -1,0 +1,85 @@
+package filesource
+
+import (
+	"context"
+	"errors"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/xadb/xa/sink"
+)
+
+type assign struct{ pos map[string]string }
+
+func (a assign) Assigned(ctx context.Context, parts []string) (map[string]string, error) {
+	return maps.Clone(a.pos), nil
+}
+func (assign) Revoked(ctx context.Context, parts []string) error { return nil }
+
+func drain(t *testing.T, s *Source) []sink.Record {
+	t.Helper()
+	var out []sink.Record
+	for {
+		recs, err := s.Poll(context.Background())
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, recs...)
+	}
+}
+
+// TestFileSource: one record per non-empty line, positions are the byte
+// offsets after each line, a last line without a line break counts, and
+// reading again from a position yields the rest.
+func TestFileSource(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a.ndjson")
+	b := filepath.Join(dir, "b.ndjson")
+	os.WriteFile(a, []byte("{\"n\":1}\n\n{\"n\":2}\r\n{\"n\":3}"), 0o644)
+	os.WriteFile(b, []byte("{\"m\":1}\n"), 0o644)
+	s, err := New(Config{Files: []string{a, b}, Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Start(context.Background(), assign{})
+	recs := drain(t, s)
+	var got []string
+	for _, r := range recs {
+		got = append(got, filepath.Base(r.Partition)+":"+string(r.Value)+"@"+r.Next)
+	}
+	want := map[string]bool{`a.ndjson:{"n":1}@8`: true, `a.ndjson:{"n":2}@18`: true, `a.ndjson:{"n":3}@25`: true, `b.ndjson:{"m":1}@8`: true}
+	if len(got) != len(want) {
+		t.Fatalf("records %v", got)
+	}
+	for _, g := range got {
+		if !want[g] {
+			t.Fatalf("record %s not expected; all: %v", g, got)
+		}
+	}
+	s2, _ := New(Config{Files: []string{a, b}})
+	defer s2.Close()
+	s2.Start(context.Background(), assign{pos: map[string]string{a: "18", b: "8"}})
+	rest := drain(t, s2)
+	if len(rest) != 1 || string(rest[0].Value) != `{"n":3}` {
+		t.Fatalf("from 18: %+v", rest)
+	}
+	if err := s2.Seek(context.Background(), map[string]string{a: "-1"}); err == nil {
+		t.Fatal("a negative position was accepted")
+	}
+	if _, err := New(Config{Files: []string{a, a}}); err == nil {
+		t.Fatal("a file twice was accepted")
+	}
+	long, _ := New(Config{Files: []string{a}, MaxLine: 4})
+	defer long.Close()
+	long.Start(context.Background(), assign{})
+	if _, err := long.Poll(context.Background()); err == nil {
+		t.Fatal("a line above MaxLine was accepted")
+	}
+}
