@@ -15,7 +15,9 @@ var (
 	// ErrFenced: every partition this instance wrote has been taken over
 	// by another instance (its epoch moved on): the instance is a zombie
 	// and stops. Run returns an error matching it. Nothing it wrote after
-	// the takeover lands.
+	// the takeover lands. An external member's Commit returns it when a
+	// later generation has started: the member is a zombie, and that
+	// generation's Restore finishes the checkpoint.
 	ErrFenced = errors.New("sink: fenced: every partition of this instance was taken over")
 
 	// ErrAborted is matched by every *AbortError: a checkpoint was rolled
@@ -24,7 +26,7 @@ var (
 
 	// ErrTakenOver is the reason of an abort when a partition of the
 	// checkpoint no longer carries the epoch and owner it was written
-	// under: another instance took it over.
+	// under: another instance took it over (self-driven).
 	ErrTakenOver = errors.New("sink: a partition of the checkpoint was taken over")
 
 	// ErrAbortMarked is the reason of an abort when the checkpoint's key
@@ -36,10 +38,11 @@ var (
 	ErrDecided = errors.New("sink: the checkpoint is decided commit")
 
 	// ErrUnresolved: the fate of a checkpoint's decision could not be
-	// settled (the decision's reply was lost and the abort marker could
-	// not be claimed either). Nothing may be assumed about it; the
-	// instance stops and a restore settles it through the fence. It
-	// matches xa.ErrOutcomeUnknown too.
+	// settled. Self-driven: the decision's reply was lost and the abort
+	// marker could not be claimed either; nothing may be assumed, the
+	// instance stops and a restore settles it through the fence.
+	// External: the decision could not be stored; Commit may be called
+	// again. It matches xa.ErrOutcomeUnknown too.
 	ErrUnresolved = errors.New("sink: the checkpoint's decision is unresolved")
 
 	// ErrClosed: the sink was closed (or abandoned by a test).

@@ -115,13 +115,23 @@ func TestExternal(t *testing.T) {
 	// checkpoint never completes: the process dies.
 	state = append(state, pre(x, 600, 750, 12))
 	h13 := pre(x, 750, 900, 13)
-	sink.Abandon(s)
 
+	// Generation 2 starts while generation 1 still runs: generation 1 is
+	// a zombie. Its Commit (of 12, then 13) is refused and leaves both
+	// prepared, for generation 2's Restore.
 	s2 := e.open()
 	x2, err := s2.External(ctx, 0, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := x.Commit(ctx, h13); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("the zombie generation's Commit: %v, want ErrFenced", err)
+	}
+	if my, pg := e.counts(); my.rows != 600 || pg.rows != 600 {
+		t.Fatalf("the zombie's Commit landed: %v, %v", my, pg)
+	}
+	sink.Abandon(s)
+
 	if err := x2.Restore(ctx, state, 12); err != nil {
 		t.Fatal(err)
 	}

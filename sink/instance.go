@@ -373,12 +373,26 @@ func (h Handle) id() uint64 {
 	return h.Txn
 }
 
-// decide writes the decision (step 3). On a definite refusal (an epoch
-// moved) it aborts; on anything else the fence settles the fate: the abort
-// marker is claimed, and if the decision holds the key instead, it won.
+// decide writes the decision (step 3).
+//
+// Self-driven, the decision row is the decision: on a definite refusal (an
+// epoch moved) the checkpoint aborts; on anything else the fence settles
+// the fate: the abort marker is claimed, and if the decision holds the key
+// instead, it won.
+//
+// External, the caller's completed checkpoint is the decision and the row
+// only records it: the marker is never claimed here (that could abort a
+// completed checkpoint), the decision is retried until it is known to be
+// stored, and a refusal because a later generation has started leaves the
+// branches prepared for that generation's Restore.
 func (in *instance) decide(ctx context.Context, h Handle, t *txn) error {
+	ref := Ref{Incarnation: h.Incarnation}
 	d := decision{sink: h.Sink, inc: h.Incarnation, txn: h.Txn, parts: h.Partitions, origins: encodeOrigins(h.Branches),
-		external: Ref{Incarnation: h.Incarnation}.External(), generation: Ref{Incarnation: h.Incarnation}.Generation(), checkpoint: h.Checkpoint}
+		external: ref.External(), generation: ref.Generation(), checkpoint: h.Checkpoint,
+		fenceGeneration: ref.External() && h.Incarnation == in.inc}
+	if d.external {
+		return in.decideExternal(ctx, h, t, d)
+	}
 	err := in.s.st.decide(ctx, d)
 	if err == nil {
 		return nil
@@ -397,6 +411,38 @@ func (in *instance) decide(ctx context.Context, h Handle, t *txn) error {
 	}
 	in.rollback(ctx, h, t)
 	return &AbortError{Checkpoint: h.id(), Reason: fmt.Errorf("%w (the decision failed: %v)", ErrAbortMarked, err)}
+}
+
+func (in *instance) decideExternal(ctx context.Context, h Handle, t *txn, d decision) error {
+	var err error
+	for attempt := range 5 {
+		if attempt > 0 && !sleep(ctx, backoff(attempt)) {
+			break
+		}
+		err = in.s.st.decide(ctx, d)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, errEpochMoved) {
+			return fmt.Errorf("sink: checkpoint %d: %w: a later generation has started, whose Restore finishes this checkpoint (%v)",
+				h.id(), ErrFenced, err)
+		}
+		// Stored already (an earlier attempt, or another process), or a
+		// marker: read the key. Nothing there: try again (a decision
+		// still running makes the next attempt wait for it).
+		rows, lerr := in.s.st.lookup(ctx, h.Sink, []txnKey{h.key()})
+		if lerr != nil {
+			continue
+		}
+		if row, ok := rows[h.key()]; ok {
+			if !row.aborted {
+				return nil
+			}
+			in.rollback(ctx, h, t)
+			return &AbortError{Checkpoint: h.id(), Reason: fmt.Errorf("%w: a Restore fenced it", ErrAbortMarked)}
+		}
+	}
+	return &unresolvedError{checkpoint: h.id(), err: fmt.Errorf("the decision could not be stored (Commit may be called again): %w", err)}
 }
 
 // claim claims the abort marker of h, retrying a few times.

@@ -31,7 +31,8 @@ type store interface {
 	read(ctx context.Context, sink string, parts []string) ([]PartitionStatus, error)
 	// decide is step 3: in one round trip, move the positions and insert
 	// the decision row. An error matching errEpochMoved: nothing was
-	// committed, a partition's row no longer carries the epoch and owner.
+	// committed, a partition's row no longer carries the epoch and owner
+	// (or, external, a later generation is registered).
 	// Any other error: the decision may or may not have committed (claim
 	// settles it).
 	decide(ctx context.Context, d decision) error
@@ -79,7 +80,14 @@ type decision struct {
 	external   bool
 	generation uint32
 	checkpoint uint64
+	// fenceGeneration (external): refuse the decision (errEpochMoved)
+	// if a later generation of the sink is registered: a member deciding
+	// its own checkpoint is then a zombie.
+	fenceGeneration bool
 }
+
+// lowWord masks an external incarnation's generation.
+const lowWord = 1<<32 - 1
 
 // Status is what the progress target says about a sink.
 type Status struct {

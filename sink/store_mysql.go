@@ -203,7 +203,8 @@ func (s *myStore) read(ctx context.Context, sink string, parts []string) ([]Part
 // fails on NOT NULL (1048) unless every partition matched; the server stops
 // at the first failing statement and COMMIT never runs. An external
 // member's decision inserts the row first and moves the progress rows
-// forward.
+// forward, unless (fenceGeneration) a later generation is registered: then
+// the INSERT fails on NOT NULL the same way.
 func (s *myStore) decide(ctx context.Context, d decision) error {
 	var sb strings.Builder
 	var args []any
@@ -235,8 +236,11 @@ func (s *myStore) decide(ctx context.Context, d decision) error {
 		sb.WriteString(", FALSE, UTC_TIMESTAMP(6), ?); COMMIT")
 		args = append(args, d.origins)
 	} else {
-		sb.WriteString("INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, decided, origins) VALUES (?, ?, ?, FALSE, UTC_TIMESTAMP(6), ?); ")
-		args = append(args, d.sink, int64(d.inc), int64(d.txn), d.origins)
+		sb.WriteString("INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, decided, origins) VALUES (?, ?, " +
+			"IF(? OR NOT EXISTS (SELECT 1 FROM xa_sink_instances WHERE sink = ? AND incarnation >= ? AND (incarnation & ?) > ?), ?, NULL), " +
+			"FALSE, UTC_TIMESTAMP(6), ?); ")
+		args = append(args, d.sink, int64(d.inc), !d.fenceGeneration, d.sink, maxSelfIncarnation, int64(lowWord), int64(d.generation),
+			int64(d.txn), d.origins)
 		if len(d.parts) > 0 {
 			sb.WriteString("INSERT INTO xa_sink_progress (sink, `partition`, epoch, owner, position, checkpoint, updated) VALUES ")
 			sb.WriteString(placeholders(len(d.parts), "(?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))"))

@@ -149,7 +149,8 @@ func splitParts(ps []PartitionPosition) (names, positions []string, epochs []int
 // the UPDATE of the positions under their epochs feeds the INSERT of the
 // decision row, whose checkpoint is NULL, and so violates NOT NULL, unless
 // every partition matched. An external member's decision instead inserts
-// the row first and moves the progress rows forward.
+// the row first (its checkpoint NULL if fenceGeneration and a later
+// generation is registered) and moves the progress rows forward.
 func (s *pgStore) decide(ctx context.Context, d decision) error {
 	names, positions, epochs := splitParts(d.parts)
 	var err error
@@ -166,14 +167,20 @@ func (s *pgStore) decide(ctx context.Context, d decision) error {
 		return err
 	}
 	_, err = s.pool.Exec(ctx, `WITH d AS (INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, origins)
-				VALUES ($1, $2, $5, false, $6) RETURNING 1),
+				SELECT $1, $2, CASE WHEN NOT $9::boolean OR NOT EXISTS (SELECT 1 FROM xa_sink_instances i WHERE i.sink = $1
+					AND i.incarnation >= $10 AND (i.incarnation & $11) > $7) THEN $5::bigint END, false, $6
+				RETURNING 1),
 			v AS (SELECT * FROM unnest($3::text[], $4::text[]) AS v(part, position))
 			INSERT INTO xa_sink_progress AS p (sink, "partition", epoch, owner, position, checkpoint)
 			SELECT $1, v.part, $7, $2, v.position, $8 FROM v, d
 			ON CONFLICT (sink, "partition") DO UPDATE SET position = excluded.position, owner = excluded.owner,
 				epoch = excluded.epoch, checkpoint = excluded.checkpoint, updated = now()
 			WHERE (excluded.epoch, excluded.checkpoint) > (p.epoch, p.checkpoint)`,
-		d.sink, int64(d.inc), names, positions, int64(d.txn), d.origins, int64(d.generation), int64(d.checkpoint))
+		d.sink, int64(d.inc), names, positions, int64(d.txn), d.origins, int64(d.generation), int64(d.checkpoint),
+		d.fenceGeneration, maxSelfIncarnation, int64(lowWord))
+	if pgCode(err) == "23502" {
+		return fmt.Errorf("%w: a later generation is registered: %v", errEpochMoved, err)
+	}
 	return err
 }
 
