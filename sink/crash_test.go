@@ -100,18 +100,29 @@ func readStatus(e *env) (sink.Status, error) {
 	return sink.ReadStatus(testCtx(e.t), e.cfg.Targets[0], e.name)
 }
 
-// TestZombie: instance A pauses after preparing its second checkpoint;
-// instance B takes its partitions over and writes everything; A resumes.
-// Nothing A prepared lands, and A stops with ErrFenced.
+// TestZombie: instance A pauses in its second checkpoint, after writing
+// (its branches are active: nothing for a restore to fence, only the
+// epochs stop it) or after preparing (restore fences it with an abort
+// marker); instance B takes the partitions over and writes everything; A
+// resumes. Nothing A wrote lands, and A stops with ErrFenced.
 func TestZombie(t *testing.T) {
 	t.Parallel()
+	for _, step := range []string{"flushed", "prepared"} {
+		t.Run(step, func(t *testing.T) {
+			t.Parallel()
+			zombie(t, step)
+		})
+	}
+}
+
+func zombie(t *testing.T, step string) {
 	e := newEnv(t)
 	g := gen(1200, 3)
 
 	a := e.open()
 	paused, resume := make(chan struct{}), make(chan struct{})
-	sink.SetHook(a, func(step string, h sink.Handle) error {
-		if step == "prepared" && h.Txn == 2 {
+	sink.SetHook(a, func(st string, h sink.Handle) error {
+		if st == step && h.Txn == 2 {
 			close(paused)
 			<-resume
 		}
