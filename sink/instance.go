@@ -40,6 +40,7 @@ type txn struct {
 	h         Handle
 	work      context.Context // bounds the branches' statements
 	stop      context.CancelFunc
+	mu        sync.Mutex             // guards branches (closeLive reads it)
 	branches  map[string]*liveBranch // by target
 	bufs      map[string]*buffer     // by table id
 	positions map[string]string
@@ -47,13 +48,34 @@ type txn struct {
 	decided   bool
 }
 
-// liveBranch is one target's branch of a live transaction.
+// liveBranch is one target's branch of a live transaction. Its fields are
+// used by the goroutine driving the transaction; the branch itself is also
+// reached by Close (closeLive), hence the mutex around it.
 type liveBranch struct {
 	t        *target
-	b        xa.Branch // nil once it released its session
-	prepared bool      // voted yes
-	maybe    bool      // prepare's outcome unknown: may be prepared
+	prepared bool // voted yes
+	maybe    bool // prepare's outcome unknown: may be prepared
 	origin   xa.Origin
+
+	mu sync.Mutex
+	b  xa.Branch // nil once it released its session
+}
+
+// branch returns the branch, nil once it released its session.
+func (lb *liveBranch) branch() xa.Branch {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	return lb.b
+}
+
+// drop forgets the branch (it released its session, or is being closed)
+// and returns it.
+func (lb *liveBranch) drop() xa.Branch {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	b := lb.b
+	lb.b = nil
+	return b
 }
 
 func (in *instance) get(h Handle) (*txn, error) {
@@ -106,8 +128,11 @@ func (in *instance) closeLive() {
 		t.stop()
 	}
 	for _, t := range ts {
-		for _, lb := range t.branches {
-			if b := lb.b; b != nil {
+		t.mu.Lock()
+		lbs := slices.Collect(maps.Values(t.branches))
+		t.mu.Unlock()
+		for _, lb := range lbs {
+			if b := lb.drop(); b != nil {
 				b.Close() //nolint:errcheck // best effort: the session is going
 			}
 		}
@@ -197,8 +222,11 @@ func (in *instance) Write(ctx context.Context, h Handle, records []Record) error
 
 // branch returns t's branch on target tg, starting it if needed.
 func (in *instance) branch(t *txn, tg *target) (*liveBranch, error) {
-	if lb := t.branches[tg.cfg.Name]; lb != nil {
-		if lb.b == nil {
+	t.mu.Lock()
+	lb := t.branches[tg.cfg.Name]
+	t.mu.Unlock()
+	if lb != nil {
+		if lb.branch() == nil {
 			return nil, fmt.Errorf("sink: the branch on %s has ended", tg.cfg.Name)
 		}
 		return lb, nil
@@ -207,8 +235,10 @@ func (in *instance) branch(t *txn, tg *target) (*liveBranch, error) {
 	if err != nil {
 		return nil, err
 	}
-	lb := &liveBranch{t: tg, b: b}
+	lb = &liveBranch{t: tg, b: b}
+	t.mu.Lock()
 	t.branches[tg.cfg.Name] = lb
+	t.mu.Unlock()
 	return lb, nil
 }
 
@@ -221,7 +251,11 @@ func (in *instance) flush(ctx context.Context, t *txn, tb *table, buf *buffer) e
 	if err != nil {
 		return err
 	}
-	if err := tb.flush(ctx, lb.b.Session(), buf.rows); err != nil {
+	b := lb.branch()
+	if b == nil {
+		return fmt.Errorf("sink: the branch on %s has ended", tb.Target)
+	}
+	if err := tb.flush(ctx, b.Session(), buf.rows); err != nil {
 		return err
 	}
 	buf.reset()
@@ -282,8 +316,12 @@ func (in *instance) PreCommit(ctx context.Context, h Handle, checkpoint uint64) 
 	names := slices.Sorted(maps.Keys(t.branches))
 	err = parallel(names, func(name string) error {
 		lb := t.branches[name]
-		vote, err := lb.b.Prepare(ctx)
-		if or, ok := lb.b.(xa.OriginReporter); ok {
+		b := lb.branch()
+		if b == nil {
+			return fmt.Errorf("sink: the branch on %s has ended", name)
+		}
+		vote, err := b.Prepare(ctx)
+		if or, ok := b.(xa.OriginReporter); ok {
 			lb.origin = or.Origin()
 		}
 		switch vote {
@@ -291,10 +329,10 @@ func (in *instance) PreCommit(ctx context.Context, h Handle, checkpoint uint64) 
 			lb.prepared = true
 			return nil
 		case xa.VoteReadOnly:
-			lb.b = nil
+			lb.drop()
 			return nil
 		}
-		lb.b = nil
+		lb.drop()
 		lb.maybe = xa.OutcomeUnknown(err)
 		if err == nil {
 			err = errors.New("voted abort")
@@ -499,10 +537,14 @@ func (in *instance) commitBranch(ctx context.Context, h Handle, b BranchState, l
 			break
 		}
 		actx, cancel := context.WithTimeout(ctx, in.s.cfg.Phase2Timeout)
-		if lb != nil && lb.b != nil {
-			err = lb.b.Commit(actx)
+		var b xa.Branch
+		if lb != nil {
+			b = lb.branch()
+		}
+		if b != nil {
+			err = b.Commit(actx)
 			if err != nil && !xa.Retryable(err) {
-				lb.b = nil // the branch released its session
+				lb.drop() // the branch released its session
 			}
 		} else {
 			err = tg.rm.Commit(actx, ref.XID(), origin)
@@ -520,9 +562,10 @@ func (in *instance) commitBranch(ctx context.Context, h Handle, b BranchState, l
 			return
 		}
 	}
-	if lb != nil && lb.b != nil {
-		lb.b.Close() //nolint:errcheck // the branch stays prepared for restore
-		lb.b = nil
+	if lb != nil {
+		if b := lb.drop(); b != nil {
+			b.Close() //nolint:errcheck // the branch stays prepared for restore
+		}
 	}
 	in.log.Warn("sink: phase two left to restore", "branch", ref.String(), "err", err)
 }
@@ -560,9 +603,8 @@ func (in *instance) abandonTxn(t *txn) {
 		return
 	}
 	for _, lb := range t.branches {
-		if lb.b != nil {
-			lb.b.Close() //nolint:errcheck // prepared branches stay for restore
-			lb.b = nil
+		if b := lb.drop(); b != nil {
+			b.Close() //nolint:errcheck // prepared branches stay for restore
 		}
 	}
 	in.finish(t)
@@ -582,7 +624,7 @@ func (in *instance) rollback(ctx context.Context, h Handle, t *txn) error {
 	}
 	if t != nil {
 		for name, lb := range t.branches {
-			if lb.b != nil || lb.prepared || lb.maybe {
+			if lb.branch() != nil || lb.prepared || lb.maybe {
 				todo[name] = br{lb: lb, origin: lb.origin}
 			}
 		}
@@ -596,12 +638,15 @@ func (in *instance) rollback(ctx context.Context, h Handle, t *txn) error {
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.s.cfg.Phase2Timeout)
 		var err error
-		if x.lb != nil && x.lb.b != nil {
-			err = x.lb.b.Rollback(rctx)
+		var b xa.Branch
+		if x.lb != nil {
+			b = x.lb.drop()
+		}
+		if b != nil {
+			err = b.Rollback(rctx)
 			if err != nil {
-				x.lb.b.Close() //nolint:errcheck // left to restore
+				b.Close() //nolint:errcheck // left to restore
 			}
-			x.lb.b = nil
 		} else {
 			err = tg.rm.Rollback(rctx, h.Ref(name).XID(), x.origin)
 		}
@@ -770,7 +815,7 @@ func (in *instance) resolve(ctx context.Context, v View) error {
 			}
 		}
 	}
-	if in.s.cfg.DecisionRetention > 0 {
+	if in.s.cfg.DecisionRetention > 0 && in.s.forgetDue() {
 		if _, err := in.s.st.forget(ctx, in.s.cfg.Name, in.s.cfg.DecisionRetention, keys); err != nil {
 			errs = append(errs, fmt.Errorf("forgetting old decisions: %w", err))
 		}
@@ -899,4 +944,19 @@ func (s *Sink) Status(ctx context.Context) (Status, error) {
 func (s *Sink) Sweep(ctx context.Context) error {
 	in := &instance{s: s, live: map[uint64]*txn{}, epochs: map[string]int64{}, log: s.log}
 	return in.Sweep(ctx)
+}
+
+// forgetInterval is how often restore forgets old decisions.
+const forgetInterval = time.Hour
+
+// forgetDue reports whether old decisions are to be forgotten now (at
+// most once per forgetInterval per Sink).
+func (s *Sink) forgetDue() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.lastForget.IsZero() && time.Since(s.lastForget) < forgetInterval {
+		return false
+	}
+	s.lastForget = time.Now()
+	return true
 }

@@ -409,3 +409,51 @@ func (f *extFake) AbortLingering(ctx context.Context, restored uint64) error {
 	f.lingering = restored
 	return nil
 }
+
+// revokingSource revokes partition p1 at its fifth Poll, and checks that
+// when Revoked returns every record of p1 read so far is committed (none
+// is left in an open or pending checkpoint); it then reads p0 only.
+type revokingSource struct {
+	memSource
+	f        *fake
+	polls    int
+	revoked  bool
+	errAfter error
+}
+
+func (s *revokingSource) Poll(ctx context.Context) ([]Record, error) {
+	s.polls++
+	if s.polls == 5 {
+		if err := s.h.Revoked(ctx, []string{"p1"}); err != nil {
+			return nil, err
+		}
+		s.revoked = true
+		s.f.mu.Lock()
+		got := len(s.f.committed["p1"])
+		s.f.mu.Unlock()
+		if got != s.next[1] {
+			s.errAfter = fmt.Errorf("Revoked returned with %d records of p1 committed, %d read", got, s.next[1])
+		}
+		s.next[1] = s.n // read no more of it
+	}
+	return s.memSource.Poll(ctx)
+}
+
+// TestRunnerRevoked: a revoked partition's checkpoints are committed before
+// Revoked returns; the other partition reads on to the end.
+func TestRunnerRevoked(t *testing.T) {
+	f := newFake()
+	src := &revokingSource{memSource: memSource{k: 2, n: 60, batch: 4}, f: f}
+	opts := fastOpts()
+	opts.CheckpointRecords = 20
+	if err := NewRunner[uint64](f, f, opts).Run(context.Background(), src); err != nil {
+		t.Fatal(err)
+	}
+	if src.errAfter != nil {
+		t.Fatal(src.errAfter)
+	}
+	if !src.revoked || len(f.committed["p0"]) != 60 || len(f.committed["p1"]) != 16 {
+		t.Fatalf("revoked %v; committed: p0 %d, p1 %d (want 60 and the 16 read before the revocation)",
+			src.revoked, len(f.committed["p0"]), len(f.committed["p1"]))
+	}
+}

@@ -74,6 +74,8 @@ type Sink struct {
 	mu    sync.Mutex
 	insts map[*instance]bool
 	seen  map[string]time.Time // XID text -> when restore first listed it
+	// lastForget is when restore last forgot old decisions.
+	lastForget time.Time
 }
 
 // Open validates cfg and opens its targets and the progress store.
