@@ -195,16 +195,34 @@ func (w *world) dump(t *testing.T) {
 	defer w.mu.Unlock()
 	t.Logf("events: %v", w.events)
 	for _, p := range all4 {
-		t.Logf("%s: progress %s epoch %d committed %v", p, w.progress[p], w.epoch[p], w.committed[p])
+		c := w.committed[p]
+		var odd []string
+		for i, off := range c {
+			if off != int64(i) {
+				odd = append(odd, fmt.Sprintf("[%d]=%d", i, off))
+			}
+		}
+		if len(odd) > 5 {
+			odd = append(odd[:5], "...")
+		}
+		t.Logf("%s: progress %s epoch %d, %d committed, out of place: %v", p, w.progress[p], w.epoch[p], len(c), odd)
 	}
-	t.Logf("fenced %d, violations %v", w.fenced, w.violations)
+	v := w.violations
+	if len(v) > 5 {
+		v = append(v[:5:5], fmt.Sprintf("... %d more", len(w.violations)-5))
+	}
+	t.Logf("fenced %d, violations %q", w.fenced, v)
 }
 
 func (w *world) checkNoViolations(t *testing.T) {
 	t.Helper()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, v := range w.violations {
+	for i, v := range w.violations {
+		if i == 5 {
+			t.Errorf("... and %d more violations", len(w.violations)-5)
+			break
+		}
 		t.Error(v)
 	}
 }
@@ -225,6 +243,12 @@ type member struct {
 	positions map[string]string // if set, Assigned returns these instead of the progress table's
 	failNext  error             // if set, the next Assigned fails with it
 	noCommit  bool              // keep records in flight (a stalled sink)
+	// commitEvery: commit after every that many polls (a checkpoint
+	// interval; 0 or 1: every poll).
+	commitEvery int
+	polls       int
+	// revokeDelay: Revoked takes that long (committing a checkpoint).
+	revokeDelay time.Duration
 	// kafkaCommit: commits also go to the group's offsets (Committed), and
 	// Assigned returns no positions: the group's offsets are the progress.
 	kafkaCommit bool
@@ -261,6 +285,9 @@ func startMember(t *testing.T, w *world, addrs []string, name, group string, o m
 		SessionTimeout:    3 * time.Second,
 		RebalanceTimeout:  3 * time.Second,
 		HeartbeatInterval: 100 * time.Millisecond,
+		// A fetch that finds nothing new waits at most this long (kgo's
+		// default is 5 s).
+		Options: []kgo.Opt{kgo.FetchMaxWait(200 * time.Millisecond)},
 	}
 	if os.Getenv("KAFKASOURCE_DEBUG") != "" {
 		cfg.Options = append(cfg.Options, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, func() string { return name + " " })))
@@ -332,6 +359,7 @@ func (m *member) revoked(parts []string, kind string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if kind == "revoked" {
+		time.Sleep(m.revokeDelay)
 		m.commitLocked(parts)
 	}
 	var keep []sink.Record
@@ -422,7 +450,8 @@ func (m *member) poll(d time.Duration) ([]sink.Record, error) {
 		m.last[r.Partition] = off
 		m.inflight = append(m.inflight, r)
 	}
-	noCommit := m.noCommit
+	m.polls++
+	noCommit := m.noCommit || m.commitEvery > 1 && m.polls%m.commitEvery != 0
 	m.mu.Unlock()
 	if !noCommit {
 		m.commit()

@@ -31,8 +31,8 @@
 //     assignment) until the next Poll calls AllowRebalance;
 //   - a gate of the source's own, held by the sink's goroutine whenever it is
 //     outside Poll: a callback takes the gate before it calls the handler.
-//     The gate covers what kgo's block does not (a poll that returns no
-//     records does not block rebalances).
+//     The gate covers what kgo's block does not: the first assignment
+//     (before any Poll), and a poll that returned no records.
 //
 // So Revoked is told before the partition is given away (cooperative
 // rebalancing gives a partition to another member only after this member
@@ -42,6 +42,13 @@
 // records of revoked partitions before the callback; Poll also drops records
 // of partitions the handler does not own).
 //
+// The handler's calls get a context that ends when the source is closed. A
+// Poll whose ctx ends while a handler call runs returns after the call.
+// Close does not call the handler: the sink finishes or aborts its
+// checkpoint before it closes the source. During a rebalance the sink must
+// Poll, and Assigned and Revoked must return, within the rebalance timeout,
+// or the group throws the member out (below).
+//
 // # Zombies
 //
 // A member that stops heartbeating (a process stopped with SIGSTOP, a long
@@ -49,12 +56,17 @@
 // session timeout; a member that heartbeats but does not take part in a
 // rebalance (its sink does not Poll) is thrown out after the rebalance
 // timeout. Its partitions go to other members, whose sinks raise the
-// partitions' epochs. When it polls again, kgo reports the group error; the
-// source tells the handler that the partitions are lost (LostHandler.Lost if
-// the handler has it, else Handler.Revoked), before any other record is
-// returned, and the member rejoins. Stats counts the losses. The sink's own
-// guarantee does not depend on this notice: a zombie cannot decide a
-// checkpoint once the new owner raised the epochs.
+// partitions' epochs. When it runs and polls again, it may first return
+// records kgo fetched before it noticed (the sink cannot commit them: their
+// epochs moved on; nor can the source commit the group's offsets: the group
+// refuses the member). As soon as kgo notices (a heartbeat, or the rejoin),
+// the handler is told the partitions are lost (LostHandler.Lost if the
+// handler has it, else Handler.Revoked), no record of them is returned
+// after that, and the member rejoins; Stats counts the losses. A partition
+// the member gets back at once under its new member ID, which kgo would
+// neither revoke nor assign, is told lost and assigned again like the
+// others. The sink's own guarantee does not depend on these notices: a
+// zombie cannot decide a checkpoint once the new owner raised the epochs.
 package kafkasource
 
 import (
@@ -120,7 +132,9 @@ type Config struct {
 	// silent reset) and may change those, and before the options the source
 	// depends on (the group, the topics, the balancer, no autocommit, the
 	// rebalance callbacks, the fetch-offset hook, BlockRebalanceOnPoll),
-	// which they cannot change.
+	// which they cannot change. Do not set kgo.InstanceID: a static member
+	// does not leave the group when it closes, and its partitions wait for
+	// the session timeout.
 	Options []kgo.Opt
 }
 
