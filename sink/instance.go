@@ -204,11 +204,6 @@ func (in *instance) Write(ctx context.Context, h Handle, records []Record) error
 				t.bufs[row.Table] = buf
 			}
 			buf.add(tb, row.Values)
-			if buf.full(tb) {
-				if err := in.flush(ctx, t, tb, buf); err != nil {
-					return err
-				}
-			}
 		}
 		if r.Partition != "" {
 			t.positions[r.Partition] = r.Next
@@ -217,7 +212,36 @@ func (in *instance) Write(ctx context.Context, h Handle, records []Record) error
 			}
 		}
 	}
-	return nil
+	return in.flushFull(ctx, t)
+}
+
+// flushFull flushes the full buffers, the targets in parallel.
+func (in *instance) flushFull(ctx context.Context, t *txn) error {
+	byTarget := map[string][]string{}
+	for id, buf := range t.bufs {
+		if tb := in.s.tables[id]; buf.full(tb) {
+			byTarget[tb.Target] = append(byTarget[tb.Target], id)
+		}
+	}
+	return in.flushTargets(ctx, t, byTarget)
+}
+
+// flushTargets flushes the given tables' buffers: the targets in parallel,
+// each target's tables in order on its branch.
+func (in *instance) flushTargets(ctx context.Context, t *txn, byTarget map[string][]string) error {
+	if len(byTarget) == 0 {
+		return nil
+	}
+	return parallel(slices.Sorted(maps.Keys(byTarget)), func(tg string) error {
+		ids := byTarget[tg]
+		slices.Sort(ids)
+		for _, id := range ids {
+			if err := in.flush(ctx, t, in.s.tables[id], t.bufs[id]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // branch returns t's branch on target tg, starting it if needed.
@@ -290,24 +314,7 @@ func (in *instance) PreCommit(ctx context.Context, h Handle, checkpoint uint64) 
 			byTarget[tg] = append(byTarget[tg], id)
 		}
 	}
-	// Start the branches here, on one goroutine: t.branches is not
-	// shared.
-	for tg := range byTarget {
-		if _, err := in.branch(t, in.s.targets[tg]); err != nil {
-			return Handle{}, err
-		}
-	}
-	err = parallel(slices.Sorted(maps.Keys(byTarget)), func(tg string) error {
-		ids := byTarget[tg]
-		slices.Sort(ids)
-		for _, id := range ids {
-			if err := in.flush(ctx, t, in.s.tables[id], t.bufs[id]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := in.flushTargets(ctx, t, byTarget); err != nil {
 		return Handle{}, err
 	}
 	if err := in.s.step("flushed", t.h); err != nil {

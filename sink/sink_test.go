@@ -1,6 +1,9 @@
 package sink_test
 
 import (
+	"context"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -47,4 +50,50 @@ func TestCleanRun(t *testing.T) {
 		}
 	}
 	_ = sink.ErrFenced
+}
+
+// TestThroughput measures a simple run: XA_SINK_BENCH=1 (records, default
+// 200000, in XA_SINK_BENCH_RECORDS), into both targets, each alone, and
+// both with upserts. The servers are the test rigs' (fsync-light).
+func TestThroughput(t *testing.T) {
+	if os.Getenv("XA_SINK_BENCH") == "" {
+		t.Skip("XA_SINK_BENCH=1 measures throughput")
+	}
+	m := 200000
+	if n, err := strconv.Atoi(os.Getenv("XA_SINK_BENCH_RECORDS")); err == nil {
+		m = n
+	}
+	for _, tc := range []struct {
+		name   string
+		tables func(e *env) []sink.Table
+	}{
+		{"both", func(e *env) []sink.Table { return e.cfg.Tables }},
+		{"mariadb", func(e *env) []sink.Table { return e.cfg.Tables[:1] }},
+		{"postgres", func(e *env) []sink.Table { return e.cfg.Tables[1:] }},
+		{"both-upsert", func(e *env) []sink.Table {
+			cols := []sink.Column{{Name: "p", From: "partition"}, {Name: "k", From: "$.id"}, {Name: "seq", From: "$.seq"}}
+			return []sink.Table{
+				{ID: "my.latest", Target: tgMy, Name: "latest", Columns: cols, Upsert: true, Key: []string{"p"}},
+				{ID: "pg.latest", Target: tgPg, Name: "latest", Columns: cols, Upsert: true, Key: []string{"p"}},
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.cfg.Tables = tc.tables(e)
+			s := e.open()
+			obs := &tally{}
+			opts := sink.RunOptions{CheckpointRecords: 20000, CheckpointInterval: time.Second, Observer: obs}
+			g := gensource.Config{Records: m, Partitions: 8, Batch: 2000, Payload: 64}
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			if err := s.Run(ctx, gensource.New(g), opts); err != nil {
+				t.Fatal(err)
+			}
+			d := time.Since(start)
+			t.Logf("%s: %d records in %v: %.0f records/s, %d checkpoints, up to %d pending", tc.name, m, d.Round(time.Millisecond),
+				float64(m)/d.Seconds(), obs.committed.Load(), obs.maxPending.Load())
+		})
+	}
 }
