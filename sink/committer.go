@@ -93,9 +93,14 @@ type CheckpointStats struct {
 // NopObserver ignores everything.
 type NopObserver struct{}
 
-func (NopObserver) RecordsWritten(int)             {}
+// RecordsWritten does nothing.
+func (NopObserver) RecordsWritten(int) {}
+
+// CheckpointDone does nothing.
 func (NopObserver) CheckpointDone(CheckpointStats) {}
-func (NopObserver) PendingChanged(int)             {}
+
+// PendingChanged does nothing.
+func (NopObserver) PendingChanged(int) {}
 
 // Pending holds prepared transactions in checkpoint order until they are
 // committed or aborted. Through returns every one up to a checkpoint, in

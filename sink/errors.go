@@ -56,6 +56,7 @@ type AbortError struct {
 	Reason     error
 }
 
+// Error says which checkpoint aborted and why.
 func (e *AbortError) Error() string {
 	return fmt.Sprintf("sink: checkpoint %d aborted: %v", e.Checkpoint, e.Reason)
 }
@@ -71,10 +72,12 @@ type MappingError struct {
 	Err       error
 }
 
+// Error names the record and the mapping's error.
 func (e *MappingError) Error() string {
 	return fmt.Sprintf("sink: mapping the record of %s before position %s: %v", e.Partition, e.Position, e.Err)
 }
 
+// Unwrap returns the mapping's error.
 func (e *MappingError) Unwrap() error { return e.Err }
 
 // unresolvedError carries ErrUnresolved and the last error seen.

@@ -14,6 +14,7 @@ const (
 	DecidedAbort
 )
 
+// String names the decision.
 func (d Decision) String() string {
 	switch d {
 	case NoDecision:
@@ -41,6 +42,7 @@ const (
 	ActFence
 )
 
+// String names the action.
 func (a Action) String() string {
 	switch a {
 	case ActLeave:

@@ -499,6 +499,7 @@ func (x *run[H]) shutdown(ctx context.Context) {
 // handler receives the source's assignments.
 type handler[H any] struct{ x *run[H] }
 
+// Assigned takes the partitions over (Owner.Take) and owns them.
 func (h handler[H]) Assigned(ctx context.Context, partitions []string) (map[string]string, error) {
 	pos, err := h.x.r.o.Take(ctx, partitions)
 	if err != nil {
@@ -510,6 +511,8 @@ func (h handler[H]) Assigned(ctx context.Context, partitions []string) (map[stri
 	return pos, nil
 }
 
+// Revoked finishes every checkpoint in flight (or aborts it), then
+// releases the partitions.
 func (h handler[H]) Revoked(ctx context.Context, partitions []string) error {
 	x := h.x
 	if err := x.finishAll(ctx); err != nil {
