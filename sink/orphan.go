@@ -92,11 +92,11 @@ type View struct {
 // Classify returns what restore does with o, and why. It is restore's
 // decision table (docs/sink.md, "Restore and ownership"):
 //
+//	self-driven, this incarnation's, in flight -> leave (it finishes it)
 //	decision row                              -> commit
 //	abort marker                              -> roll back
 //	self-driven:
 //	  an external member's branch             -> leave
-//	  this incarnation's, in flight           -> leave
 //	  this incarnation's, not in flight       -> fence
 //	  its incarnation owns no partition       -> fence (it can never be decided)
 //	  older than the grace                    -> fence
@@ -109,6 +109,11 @@ type View struct {
 // Fencing is always safe: the abort marker and the decision exclude each
 // other under one key. The rules only decide when it is worth disturbing.
 func Classify(o Orphan, v View) (Action, string) {
+	if !v.External && !o.Ref.External() && o.Ref.Incarnation == v.Incarnation && v.InFlight != nil && v.InFlight(o.Ref.Checkpoint) {
+		// Its instance is this one, which finishes it (it may be in
+		// phase two right now).
+		return ActLeave, "this instance's checkpoint in flight"
+	}
 	switch o.Decision {
 	case DecidedCommit:
 		return ActCommit, "its checkpoint is decided"
@@ -129,8 +134,6 @@ func Classify(o Orphan, v View) (Action, string) {
 	switch {
 	case o.Ref.External():
 		return ActLeave, "an external member's branch: only its Restore fences it"
-	case o.Ref.Incarnation == v.Incarnation && v.InFlight != nil && v.InFlight(o.Ref.Checkpoint):
-		return ActLeave, "this instance's checkpoint in flight"
 	case o.Ref.Incarnation == v.Incarnation:
 		return ActFence, "this instance's, no longer in flight"
 	case v.Owns != nil && !v.Owns(o.Ref.Incarnation):

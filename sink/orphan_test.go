@@ -22,7 +22,8 @@ func TestClassify(t *testing.T) {
 		want Action
 	}{
 		{"decided", Orphan{Ref: self(6, 1), Decision: DecidedCommit}, sv, ActCommit},
-		{"decided, own in flight", Orphan{Ref: self(5, 9), Decision: DecidedCommit}, sv, ActCommit},
+		{"decided, own in flight", Orphan{Ref: self(5, 9), Decision: DecidedCommit}, sv, ActLeave},
+		{"marker, own in flight", Orphan{Ref: self(5, 9), Decision: DecidedAbort}, sv, ActLeave},
 		{"marker", Orphan{Ref: self(6, 1), Decision: DecidedAbort}, sv, ActRollback},
 		{"own, in flight", Orphan{Ref: self(5, 9)}, sv, ActLeave},
 		{"own, not in flight", Orphan{Ref: self(5, 8)}, sv, ActFence},
