@@ -457,3 +457,55 @@ func TestRunnerRevoked(t *testing.T) {
 			src.revoked, len(f.committed["p0"]), len(f.committed["p1"]))
 	}
 }
+
+// losingSource tells partition p1 lost at its fifth Poll, then reads p0
+// only.
+type losingSource struct {
+	memSource
+	f         *fake
+	polls     int
+	atLoss    int // records of p1 committed when Lost returned
+	committed int
+}
+
+func (s *losingSource) Poll(ctx context.Context) ([]Record, error) {
+	s.polls++
+	if s.polls == 5 {
+		if err := s.h.(LostHandler).Lost(ctx, []string{"p1"}); err != nil {
+			return nil, err
+		}
+		s.f.mu.Lock()
+		s.atLoss = len(s.f.committed["p1"])
+		s.f.mu.Unlock()
+		s.next[1] = s.n
+	}
+	return s.memSource.Poll(ctx)
+}
+
+// TestRunnerLost: checkpoints holding records of a lost partition are
+// aborted, not committed (not even the ones already prepared); the other
+// partition is read again from its committed position and lands once.
+func TestRunnerLost(t *testing.T) {
+	f := newFake()
+	src := &losingSource{memSource: memSource{k: 2, n: 60, batch: 4}, f: f}
+	opts := fastOpts()
+	opts.CheckpointRecords = 8
+	opts.MaxPending = 4
+	block := make(chan struct{})
+	c := &slowCommit{fake: f, hold: 2, until: block}
+	go func() { time.Sleep(50 * time.Millisecond); close(block) }()
+	if err := NewRunner[uint64](c, f, opts).Run(context.Background(), src); err != nil {
+		t.Fatal(err)
+	}
+	f.exactlyOnce(t, 1, 60)
+	p1 := f.committed["p1"]
+	if len(p1) != src.atLoss || len(p1) >= 16 || len(f.aborted) == 0 {
+		t.Fatalf("p1: %d records committed (%d when Lost returned, 16 read); aborted %v", len(p1), src.atLoss, f.aborted)
+	}
+	for i, pos := range p1 {
+		if pos != strconv.Itoa(i+1) {
+			t.Fatalf("p1 committed with a gap: %v", p1)
+		}
+	}
+	t.Logf("p1: %d of 16 records committed before the loss; checkpoints aborted: %v", len(p1), f.aborted)
+}

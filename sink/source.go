@@ -69,3 +69,14 @@ type Handler interface {
 	// the next owner can take them over at once.
 	Revoked(ctx context.Context, partitions []string) error
 }
+
+// LostHandler is implemented by a Handler that wants to be told that
+// partitions were lost rather than revoked: the instance was thrown out of
+// its group, another instance may own them already, so the checkpoints
+// holding their records can only be aborted (they could not be decided
+// anyway: their epochs moved on). A Source with groups calls Lost when the
+// handler has it, Revoked otherwise; no record of a lost partition is
+// returned after it. The sink's Runner implements it.
+type LostHandler interface {
+	Lost(ctx context.Context, partitions []string) error
+}
