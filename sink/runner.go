@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -87,6 +88,10 @@ type Runner[H any] struct {
 func NewRunner[H any](c Committer[H], o Owner, opts RunOptions) *Runner[H] {
 	return &Runner[H]{c: c, o: o, opts: opts.withDefaults()}
 }
+
+// errLost is the reason of the aborts that follow lost partitions; they
+// do not count towards MaxAborts.
+var errLost = errors.New("sink: partitions lost")
 
 // errEarlierAborted is the reason of an abort of a checkpoint that was
 // prepared after one that did not commit.
@@ -224,6 +229,9 @@ type run[H any] struct {
 	ack         map[string]string
 	aborts      int
 	stopped     bool
+	// abortBelow: the committer aborts, without deciding, the queued
+	// checkpoints of eras below it (set when partitions are lost).
+	abortBelow atomic.Uint64
 }
 
 // commitLoop decides and commits the queued checkpoints in order.
@@ -232,6 +240,10 @@ func (x *run[H]) commitLoop(ctx context.Context) {
 	for s := range x.queue {
 		start := time.Now()
 		var err error
+		if s.era < x.abortBelow.Load() {
+			// Lost: abort without trying.
+			failedEra, failed = s.era, true
+		}
 		if failed && s.era == failedEra {
 			err = &AbortError{Checkpoint: s.id, Reason: errEarlierAborted}
 			if aerr := x.r.c.Abort(ctx, s.h); aerr != nil {
@@ -402,7 +414,9 @@ func (x *run[H]) recover(ctx context.Context, cause error) error {
 	if !errors.Is(cause, ErrAborted) || errors.Is(cause, ErrClosed) {
 		return cause
 	}
-	x.aborts++
+	if !errors.Is(cause, errLost) {
+		x.aborts++
+	}
 	if x.aborts >= x.r.opts.MaxAborts {
 		return fmt.Errorf("sink: %d checkpoints aborted in a row; the last: %w", x.aborts, cause)
 	}
@@ -499,6 +513,8 @@ func (x *run[H]) shutdown(ctx context.Context) {
 // handler receives the source's assignments.
 type handler[H any] struct{ x *run[H] }
 
+var _ LostHandler = handler[int]{}
+
 // Assigned takes the partitions over (Owner.Take) and owns them.
 func (h handler[H]) Assigned(ctx context.Context, partitions []string) (map[string]string, error) {
 	pos, err := h.x.r.o.Take(ctx, partitions)
@@ -523,6 +539,30 @@ func (h handler[H]) Revoked(ctx context.Context, partitions []string) error {
 		if x.interrupted == nil {
 			x.interrupted = err
 		}
+	}
+	for _, p := range partitions {
+		delete(x.owned, p)
+	}
+	return x.r.o.Release(ctx, partitions)
+}
+
+// Lost aborts every checkpoint in flight (their partitions may be another
+// instance's already: they could not be decided), then releases the
+// partitions; the other partitions are read again from their committed
+// positions after this Poll.
+func (h handler[H]) Lost(ctx context.Context, partitions []string) error {
+	x := h.x
+	x.abortBelow.Store(x.era + 1)
+	if x.open != nil {
+		s := x.open
+		x.open = nil
+		x.abort(ctx, s, fmt.Errorf("%w: partitions %v were lost", ErrTakenOver, partitions))
+	}
+	x.waitAll(ctx)
+	x.era++
+	x.failed = nil
+	if x.interrupted == nil {
+		x.interrupted = &AbortError{Reason: fmt.Errorf("%w: %w: partitions %v", errLost, ErrTakenOver, partitions)}
 	}
 	for _, p := range partitions {
 		delete(x.owned, p)
