@@ -27,77 +27,83 @@ func crashAt(s *sink.Sink, step string, n uint64) {
 // restores and reads on; every record lands once in both targets.
 func TestCrashThenRestore(t *testing.T) {
 	t.Parallel()
-	for _, step := range []string{"flushed", "prepared", "decided", "phase2"} {
-		t.Run(step, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t)
-			g := gen(1500, 3)
+	for _, progress := range progressTargets {
+		for _, step := range []string{"flushed", "prepared", "decided", "phase2"} {
+			t.Run(progress+"/"+step, func(t *testing.T) {
+				t.Parallel()
+				crashThenRestore(t, progress, step)
+			})
+		}
+	}
+}
 
-			a := e.open()
-			crashAt(a, step, 3)
-			err := e.run(a, gensource.New(g))
-			if !errors.Is(err, errCrash) && !errors.Is(err, sink.ErrClosed) {
-				t.Fatalf("crashed instance: %v", err)
-			}
-			st, err := readStatus(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			my, pg := e.counts()
-			t.Logf("after the crash at %s: %s %v, %s %v, progress %+v", step, tgMy, my, tgPg, pg, st.Partitions)
-			switch step {
-			case "phase2":
-				// One branch committed, the other not yet: visible only
-				// on one side until restore.
-				if my.rows == pg.rows {
-					t.Errorf("phase 2 was to be partial: %v and %v", my, pg)
-				}
-			case "decided":
-				// Checkpoint 3 is decided (the positions say so) but no
-				// branch of it is committed yet.
-				if my.rows != 396 || pg.rows != 396 {
-					t.Errorf("checkpoint 3 was to be decided, not committed: %v and %v", my, pg)
-				}
-				for _, p := range st.Partitions {
-					if p.Checkpoint != 3 {
-						t.Errorf("progress %+v: want checkpoint 3", p)
-					}
-				}
-			default:
-				// Checkpoint 3 holds nothing yet. Checkpoint 2 (198 records:
-				// three partitions, 33 each per poll, two polls) is decided;
-				// its phase two may still have been running on a target.
-				for _, c := range []counts{my, pg} {
-					if c.rows != 396 && c.rows != 198 {
-						t.Errorf("checkpoints 1 and 2 were to be decided, no more: %v and %v", my, pg)
-					}
-				}
-				for _, p := range st.Partitions {
-					if p.Checkpoint != 2 {
-						t.Errorf("progress %+v: want checkpoint 2", p)
-					}
-				}
-			}
+func crashThenRestore(t *testing.T, progress, step string) {
+	e := newEnvOn(t, progress)
+	g := gen(1500, 3)
 
-			b := e.open()
-			obs := &tally{}
-			opts := runOpts()
-			opts.Observer = obs
-			if err := b.Run(testCtx(t), gensource.New(g), opts); err != nil {
-				t.Fatal(err)
+	a := e.open()
+	crashAt(a, step, 3)
+	err := e.run(a, gensource.New(g))
+	if !errors.Is(err, errCrash) && !errors.Is(err, sink.ErrClosed) {
+		t.Fatalf("crashed instance: %v", err)
+	}
+	st, err := readStatus(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	my, pg := e.counts()
+	t.Logf("after the crash at %s: %s %v, %s %v, progress %+v", step, tgMy, my, tgPg, pg, st.Partitions)
+	switch step {
+	case "phase2":
+		// One branch committed, the other not yet: visible only
+		// on one side until restore.
+		if my.rows == pg.rows {
+			t.Errorf("phase 2 was to be partial: %v and %v", my, pg)
+		}
+	case "decided":
+		// Checkpoint 3 is decided (the positions say so) but no
+		// branch of it is committed yet.
+		if my.rows != 396 || pg.rows != 396 {
+			t.Errorf("checkpoint 3 was to be decided, not committed: %v and %v", my, pg)
+		}
+		for _, p := range st.Partitions {
+			if p.Checkpoint != 3 {
+				t.Errorf("progress %+v: want checkpoint 3", p)
 			}
-			e.settle(b)
-			e.exactlyOnce(1500)
-			if obs.aborted.Load() != 0 {
-				t.Errorf("the restoring instance aborted %d checkpoints (%v)", obs.aborted.Load(), obs.lastErr.Load())
+		}
+	default:
+		// Checkpoint 3 holds nothing yet. Checkpoint 2 (198 records:
+		// three partitions, 33 each per poll, two polls) is decided;
+		// its phase two may still have been running on a target.
+		for _, c := range []counts{my, pg} {
+			if c.rows != 396 && c.rows != 198 {
+				t.Errorf("checkpoints 1 and 2 were to be decided, no more: %v and %v", my, pg)
 			}
-		})
+		}
+		for _, p := range st.Partitions {
+			if p.Checkpoint != 2 {
+				t.Errorf("progress %+v: want checkpoint 2", p)
+			}
+		}
+	}
+
+	b := e.open()
+	obs := &tally{}
+	opts := runOpts()
+	opts.Observer = obs
+	if err := b.Run(testCtx(t), gensource.New(g), opts); err != nil {
+		t.Fatal(err)
+	}
+	e.settle(b)
+	e.exactlyOnce(1500)
+	if obs.aborted.Load() != 0 {
+		t.Errorf("the restoring instance aborted %d checkpoints (%v)", obs.aborted.Load(), obs.lastErr.Load())
 	}
 }
 
 // readStatus reads the progress without opening the targets.
 func readStatus(e *env) (sink.Status, error) {
-	return sink.ReadStatus(testCtx(e.t), e.cfg.Targets[0], e.name)
+	return sink.ReadStatus(testCtx(e.t), e.progress(), e.name)
 }
 
 // TestZombie: instance A pauses in its second checkpoint, after writing
@@ -107,16 +113,18 @@ func readStatus(e *env) (sink.Status, error) {
 // resumes. Nothing A wrote lands, and A stops with ErrFenced.
 func TestZombie(t *testing.T) {
 	t.Parallel()
-	for _, step := range []string{"flushed", "prepared"} {
-		t.Run(step, func(t *testing.T) {
-			t.Parallel()
-			zombie(t, step)
-		})
+	for _, progress := range progressTargets {
+		for _, step := range []string{"flushed", "prepared"} {
+			t.Run(progress+"/"+step, func(t *testing.T) {
+				t.Parallel()
+				zombie(t, progress, step)
+			})
+		}
 	}
 }
 
-func zombie(t *testing.T, step string) {
-	e := newEnv(t)
+func zombie(t *testing.T, progress, step string) {
+	e := newEnvOn(t, progress)
 	g := gen(1200, 3)
 
 	a := e.open()

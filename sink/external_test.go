@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,17 +44,39 @@ func roundTrip(t *testing.T, h sink.Handle) sink.Handle {
 // decisions in the order they were taken.
 func decidedOrder(t *testing.T, e *env) []int64 {
 	t.Helper()
+	const q = "SELECT checkpoint FROM xa_sink_decisions WHERE sink = %s AND NOT aborted ORDER BY decided, checkpoint"
+	var out []int64
+	if e.cfg.Progress == tgPg {
+		ctx := testCtx(t)
+		c, err := pgxConnect(ctx, e.pg.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		rows, err := c.Query(ctx, fmt.Sprintf(q, "$1"), e.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c int64
+			if err := rows.Scan(&c); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, c)
+		}
+		return out
+	}
 	db, err := sql.Open("mysql", e.my.DSN())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rows, err := db.QueryContext(testCtx(t), "SELECT checkpoint FROM xa_sink_decisions WHERE sink = ? AND NOT aborted ORDER BY decided, checkpoint", e.name)
+	rows, err := db.QueryContext(testCtx(t), fmt.Sprintf(q, "?"), e.name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var out []int64
 	for rows.Next() {
 		var c int64
 		if err := rows.Scan(&c); err != nil {
@@ -71,7 +94,16 @@ func decidedOrder(t *testing.T, e *env) []int64 {
 // once.
 func TestExternal(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	for _, progress := range progressTargets {
+		t.Run(progress, func(t *testing.T) {
+			t.Parallel()
+			external(t, progress)
+		})
+	}
+}
+
+func external(t *testing.T, progress string) {
+	e := newEnvOn(t, progress)
 	g := gen(900, 3)
 	recs := records(g)
 	ctx := testCtx(t)

@@ -51,6 +51,15 @@ const (
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvOn(t, tgMy)
+}
+
+// progressTargets are the targets the tests keep the bookkeeping in.
+var progressTargets = []string{tgMy, tgPg}
+
+// newEnvOn is newEnv with the bookkeeping tables in target progress.
+func newEnvOn(t *testing.T, progress string) *env {
+	t.Helper()
 	e := &env{t: t, my: dbtest.MySQLDB(t), pg: dbtest.PostgresDB(t),
 		name: fmt.Sprintf("t%d-%d", os.Getpid()%100000, sinkSeq.Add(1))}
 	ctx := testCtx(t)
@@ -72,7 +81,7 @@ func newEnv(t *testing.T) *env {
 			{Name: tgMy, Driver: sink.DriverMySQL, DSN: e.my.DSN(), MaxConns: 8},
 			{Name: tgPg, Driver: sink.DriverPostgres, DSN: e.pg.DSN(), MaxConns: 8},
 		},
-		Progress: tgMy,
+		Progress: progress,
 		Tables: []sink.Table{
 			{ID: "my.events", Target: tgMy, Name: "events", Columns: cols},
 			{ID: "pg.events", Target: tgPg, Name: "events", Columns: cols},
@@ -81,10 +90,21 @@ func newEnv(t *testing.T) *env {
 		Phase2Attempts: 3,
 		Phase2Timeout:  2 * time.Second,
 	}
-	if err := sink.Setup(ctx, e.cfg.Targets[0]); err != nil {
+	if err := sink.Setup(ctx, e.progress()); err != nil {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// progress returns the progress target's configuration.
+func (e *env) progress() sink.TargetConfig {
+	for _, tc := range e.cfg.Targets {
+		if tc.Name == e.cfg.Progress {
+			return tc
+		}
+	}
+	e.t.Fatalf("no progress target %q", e.cfg.Progress)
+	return sink.TargetConfig{}
 }
 
 // open opens the sink, closed when the test ends.

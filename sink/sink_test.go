@@ -14,7 +14,16 @@ import (
 // TestCleanRun: every record once in both targets, positions at the end.
 func TestCleanRun(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	for _, progress := range progressTargets {
+		t.Run(progress, func(t *testing.T) {
+			t.Parallel()
+			cleanRun(t, progress)
+		})
+	}
+}
+
+func cleanRun(t *testing.T, progress string) {
+	e := newEnvOn(t, progress)
 	s := e.open()
 	g := gen(2000, 4)
 	src := gensource.New(g)
