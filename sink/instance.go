@@ -823,7 +823,12 @@ func (in *instance) resolve(ctx context.Context, v View) error {
 		}
 	}
 	if in.s.cfg.DecisionRetention > 0 && in.s.forgetDue() {
-		if _, err := in.s.st.forget(ctx, in.s.cfg.Name, in.s.cfg.DecisionRetention, keys); err != nil {
+		if why := in.s.hiddenPrepared(ctx); why != "" {
+			// A decided branch hidden by the server (MariaDB, fact 7)
+			// comes back after a restart, and only its decision row then
+			// says it committed.
+			in.log.Warn("sink: keeping old decision rows", "why", why)
+		} else if _, err := in.s.st.forget(ctx, in.s.cfg.Name, in.s.cfg.DecisionRetention, keys); err != nil {
 			errs = append(errs, fmt.Errorf("forgetting old decisions: %w", err))
 		}
 	}
@@ -966,4 +971,30 @@ func (s *Sink) forgetDue() bool {
 	}
 	s.lastForget = time.Now()
 	return true
+}
+
+// ghostCounter is implemented by targets whose server may hold prepared
+// transactions its recover listing does not show (drivers/mysql on
+// MariaDB, docs/xa-facts.md fact 7).
+type ghostCounter interface {
+	UnlistedPrepared(ctx context.Context) (int, error)
+}
+
+// hiddenPrepared says why old decision rows must be kept: a target holds
+// prepared transactions it does not list (or cannot tell). "" when none
+// does.
+func (s *Sink) hiddenPrepared(ctx context.Context) string {
+	for _, name := range s.names {
+		gc, ok := s.targets[name].rm.(ghostCounter)
+		if !ok {
+			continue
+		}
+		switch n, err := gc.UnlistedPrepared(ctx); {
+		case err != nil:
+			return fmt.Sprintf("target %s could not tell whether it holds prepared transactions it does not list: %v", name, err)
+		case n > 0:
+			return fmt.Sprintf("target %s holds %d prepared transactions it does not list (fact 7): restart it so that they show", name, n)
+		}
+	}
+	return ""
 }
