@@ -138,14 +138,10 @@ type Config struct {
 	Options []kgo.Opt
 }
 
-// LostHandler is implemented by a Handler that wants to tell partitions lost
-// (this member was thrown out of the group: another member may own them
-// already, so an in-flight checkpoint can only be aborted) from partitions
-// revoked in a rebalance (the checkpoint may still be committed). Without
-// it, lost partitions go to Revoked.
-type LostHandler interface {
-	Lost(ctx context.Context, partitions []string) error
-}
+// LostHandler is sink.LostHandler: a Handler that has it is told of lost
+// partitions (this member was thrown out of the group: another member may
+// own them already) through Lost; without it, they go to Revoked.
+type LostHandler = sink.LostHandler
 
 // ErrClosed is returned by a closed Source.
 var ErrClosed = errors.New("kafkasource: source closed")
