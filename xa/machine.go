@@ -542,6 +542,17 @@ func (m *machine) onDecided(err error) []action {
 func (m *machine) onCommitted(i int, err error) []action {
 	b := &m.branches[i]
 	switch {
+	case err == nil && m.sole && b.viaRM:
+		// The only prepared branch, committed from another session with
+		// no record behind it. On MariaDB such a commit can answer
+		// success without committing (docs/xa-facts.md, fact 7): the
+		// branch then reappears prepared after a restart, and with no
+		// record recovery presumes it aborted. Nothing proves it
+		// committed: the caller must not be told so (found by the model,
+		// docs/model.md).
+		b.state, b.ackedRM = bDone, true
+		b.fate, b.why = fateUnknown, errors.New("the only prepared branch was committed from another session, with no decision record behind it: "+
+			"a server that can answer such a commit without committing it (MariaDB, fact 7) leaves it to recovery, which would presume abort")
 	case err == nil:
 		b.state = bDone
 		b.ackedRM = b.viaRM
