@@ -173,44 +173,61 @@ func (in *instance) Write(ctx context.Context, h Handle, records []Record) error
 	if err != nil {
 		return err
 	}
+	// Records come in runs of one partition (a source's batch): a
+	// partition's epoch is looked up, and its position stored, once per
+	// run; a table's buffer once per run of rows of that table.
+	part, next := "", ""
 	for i := range records {
 		r := &records[i]
-		var epoch int64
-		if !in.external && r.Partition != "" {
-			in.mu.Lock()
-			e, ok := in.epochs[r.Partition]
-			in.mu.Unlock()
-			if !ok {
-				return fmt.Errorf("sink: a record of partition %s, which this instance has not taken", r.Partition)
+		if r.Partition != part || i == 0 {
+			if part != "" {
+				t.positions[part] = next
 			}
-			epoch = e
+			part = r.Partition
+			if part != "" {
+				var epoch int64
+				if !in.external {
+					in.mu.Lock()
+					e, ok := in.epochs[part]
+					in.mu.Unlock()
+					if !ok {
+						return fmt.Errorf("sink: a record of partition %s, which this instance has not taken", part)
+					}
+					epoch = e
+				}
+				if _, ok := t.epochs[part]; !ok {
+					t.epochs[part] = epoch
+				}
+			}
 		}
 		rows, err := in.s.mapFn(*r)
 		if err != nil {
 			return &MappingError{Partition: r.Partition, Position: r.Next, Err: err}
 		}
+		next = r.Next
+		var id string
+		var tb *table
+		var buf *buffer
 		for _, row := range rows {
-			tb := in.s.tables[row.Table]
-			if tb == nil {
-				return &MappingError{Partition: r.Partition, Position: r.Next, Err: fmt.Errorf("no table %q", row.Table)}
+			if tb == nil || row.Table != id {
+				id = row.Table
+				if tb = in.s.tables[id]; tb == nil {
+					return &MappingError{Partition: r.Partition, Position: r.Next, Err: fmt.Errorf("no table %q", row.Table)}
+				}
+				if buf = t.bufs[id]; buf == nil {
+					buf = &buffer{}
+					t.bufs[id] = buf
+				}
 			}
 			if len(row.Values) != len(tb.Columns) {
 				return &MappingError{Partition: r.Partition, Position: r.Next,
 					Err: fmt.Errorf("table %s: %d values for %d columns", row.Table, len(row.Values), len(tb.Columns))}
 			}
-			buf := t.bufs[row.Table]
-			if buf == nil {
-				buf = &buffer{}
-				t.bufs[row.Table] = buf
-			}
 			buf.add(tb, row.Values)
 		}
-		if r.Partition != "" {
-			t.positions[r.Partition] = r.Next
-			if _, ok := t.epochs[r.Partition]; !ok {
-				t.epochs[r.Partition] = epoch
-			}
-		}
+	}
+	if part != "" {
+		t.positions[part] = next
 	}
 	return in.flushFull(ctx, t)
 }

@@ -271,10 +271,16 @@ func (x *run[H]) pollContext(ctx context.Context) context.Context {
 
 // write adds the records of owned partitions to the open checkpoint.
 func (x *run[H]) write(ctx context.Context, recs []Record) error {
-	kept := recs[:0:0]
-	for _, rec := range recs {
-		if x.owned[rec.Partition] {
-			kept = append(kept, rec)
+	// Records come in runs of one partition: ownership is looked up once
+	// per run, and the records are copied only when some are not owned.
+	kept, part, owned := recs, "", false
+	for i, rec := range recs {
+		if i == 0 || rec.Partition != part {
+			part, owned = rec.Partition, x.owned[rec.Partition]
+		}
+		if !owned {
+			kept = slices.DeleteFunc(slices.Clone(recs), func(r Record) bool { return !x.owned[r.Partition] })
+			break
 		}
 	}
 	if len(kept) == 0 {
@@ -295,8 +301,10 @@ func (x *run[H]) write(ctx context.Context, recs []Record) error {
 		return err
 	}
 	x.open.records += len(kept)
-	for _, rec := range kept {
-		x.open.positions[rec.Partition] = rec.Next
+	for i, rec := range kept {
+		if i == len(kept)-1 || kept[i+1].Partition != rec.Partition {
+			x.open.positions[rec.Partition] = rec.Next
+		}
 	}
 	x.r.opts.Observer.RecordsWritten(len(kept))
 	return nil

@@ -223,8 +223,10 @@ func (b *buffer) add(t *table, vals []any) {
 	b.rows = append(b.rows, vals)
 }
 
+// reset empties the buffer, keeping its capacity for the next rows.
 func (b *buffer) reset() {
-	b.rows, b.bytes, b.keys = nil, 0, nil
+	clear(b.rows)
+	b.rows, b.bytes, b.keys = b.rows[:0], 0, nil
 }
 
 func (b *buffer) full(t *table) bool {
