@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -530,6 +531,11 @@ func (in *instance) claim(ctx context.Context, h Handle) (decisionRow, error) {
 
 func backoff(attempt int) time.Duration {
 	return min(50*time.Millisecond<<attempt, 2*time.Second)
+}
+
+// jitter returns a random duration in [d/2, d).
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d/2+1)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

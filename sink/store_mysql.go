@@ -91,7 +91,13 @@ func (s *myStore) setup(ctx context.Context) error {
 
 func (s *myStore) allocate(ctx context.Context, sink, host string, pid int) (uint64, error) {
 	var err error
-	for range 10 {
+	for attempt := range 10 {
+		// Instances starting together deadlock on the range lock: each
+		// retry waits a random part of a growing backoff, so that they
+		// stop colliding.
+		if attempt > 0 && !sleep(ctx, jitter(backoff(attempt))) {
+			break
+		}
 		var inc int64
 		inc, err = func() (int64, error) {
 			tx, err := s.db.BeginTx(ctx, nil)

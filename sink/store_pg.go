@@ -79,7 +79,12 @@ func pgCode(err error) string {
 
 func (s *pgStore) allocate(ctx context.Context, sink, host string, pid int) (uint64, error) {
 	var err error
-	for range 10 {
+	for attempt := range 10 {
+		// Instances starting together collide on the next number: each
+		// retry waits a random part of a growing backoff.
+		if attempt > 0 && !sleep(ctx, jitter(backoff(attempt))) {
+			break
+		}
 		var inc int64
 		err = s.pool.QueryRow(ctx, `INSERT INTO xa_sink_instances (sink, incarnation, host, pid)
 			SELECT $1, COALESCE(max(incarnation), 0) + 1, $2, $3 FROM xa_sink_instances WHERE sink = $1 AND incarnation < $4
