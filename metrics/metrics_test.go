@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/xadb/xa/recovery"
+	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/xa"
 )
 
@@ -61,5 +63,92 @@ xa_decision_log_records_total 16
 	}
 	if got := testutil.ToFloat64(m.recovered.WithLabelValues("rollback", "error")); got != 1 {
 		t.Fatalf("failed rollbacks = %v", got)
+	}
+}
+
+// TestSinkMetrics: the sink's collectors count records and checkpoints
+// by outcome, observe the phases of committed checkpoints (and the abort
+// of aborted ones), follow the pending checkpoints, and hold the lag of
+// the partitions last set, all labelled with the sink's name; two sinks
+// share a registry.
+func TestSinkMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := NewSink(reg, "orders")
+	other := NewSink(reg, "audit")
+	var o sink.Observer = m
+	o.RecordsWritten(100)
+	o.RecordsWritten(50)
+	o.PendingChanged(1)
+	o.PendingChanged(2)
+	o.CheckpointDone(sink.CheckpointStats{Checkpoint: 1, Records: 100, Committed: true, Write: time.Second, Prepare: 10 * time.Millisecond, Commit: 20 * time.Millisecond})
+	o.PendingChanged(1)
+	o.CheckpointDone(sink.CheckpointStats{Checkpoint: 2, Records: 50, Err: &sink.AbortError{Checkpoint: 2, Reason: sink.ErrTakenOver}, Commit: 5 * time.Millisecond})
+	o.CheckpointDone(sink.CheckpointStats{Checkpoint: 3, Records: 7, Err: fmt.Errorf("checkpoint 3: %w", sink.ErrUnresolved)})
+	// Aborted, though its abort's own trouble is an unresolved one: an
+	// abort.
+	o.CheckpointDone(sink.CheckpointStats{Checkpoint: 4, Records: 7, Err: &sink.AbortError{Checkpoint: 4, Reason: sink.ErrUnresolved}, Commit: 5 * time.Millisecond})
+	o.PendingChanged(0)
+	m.SetLag(map[string]int64{"orders/0": 12, "orders/1": 0})
+	m.SetLag(map[string]int64{"orders/1": 3}) // orders/0 is no longer read here
+	other.RecordsWritten(1)
+
+	want := `
+# HELP xa_sink_records_written_total Records written into checkpoints (an aborted checkpoint's records are read and written again, and counted again).
+# TYPE xa_sink_records_written_total counter
+xa_sink_records_written_total{sink="audit"} 1
+xa_sink_records_written_total{sink="orders"} 150
+# HELP xa_sink_records_committed_total Records of committed checkpoints: landed exactly once.
+# TYPE xa_sink_records_committed_total counter
+xa_sink_records_committed_total{sink="audit"} 0
+xa_sink_records_committed_total{sink="orders"} 100
+# HELP xa_sink_checkpoints_total Checkpoints finished, by outcome: committed, aborted (rolled back; its records are read again), unresolved (the decision's fate is unknown: the instance stops and a restore settles it).
+# TYPE xa_sink_checkpoints_total counter
+xa_sink_checkpoints_total{outcome="aborted",sink="orders"} 2
+xa_sink_checkpoints_total{outcome="committed",sink="orders"} 1
+xa_sink_checkpoints_total{outcome="unresolved",sink="orders"} 1
+# HELP xa_sink_pending_checkpoints Checkpoints prepared and waiting for, or in, their decision and phase two.
+# TYPE xa_sink_pending_checkpoints gauge
+xa_sink_pending_checkpoints{sink="audit"} 0
+xa_sink_pending_checkpoints{sink="orders"} 0
+# HELP xa_sink_lag_records Records of a partition not yet committed: the source's end (Kafka: the high watermark) minus the position in the progress table.
+# TYPE xa_sink_lag_records gauge
+xa_sink_lag_records{partition="orders/1",sink="orders"} 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "xa_sink_records_written_total", "xa_sink_records_committed_total",
+		"xa_sink_checkpoints_total", "xa_sink_pending_checkpoints", "xa_sink_lag_records"); err != nil {
+		t.Fatal(err)
+	}
+	// Phases: write, prepare and commit of the committed checkpoint, the
+	// abort of the aborted one; nothing of the unresolved one.
+	if n := testutil.CollectAndCount(m.phase); n != 4 {
+		t.Errorf("phase histograms: %d series, want 4 (write, prepare, commit, abort)", n)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]string{}
+	for _, mf := range mfs {
+		if mf.GetName() != "xa_sink_checkpoint_phase_duration_seconds" {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			phase := ""
+			for _, l := range mm.GetLabel() {
+				if l.GetName() == "phase" {
+					phase = l.GetValue()
+				}
+			}
+			sums[phase] = fmt.Sprintf("%d/%v", mm.GetHistogram().GetSampleCount(), mm.GetHistogram().GetSampleSum())
+		}
+	}
+	if want := map[string]string{"write": "1/1", "prepare": "1/0.01", "commit": "1/0.02", "abort": "2/0.01"}; fmt.Sprint(sums) != fmt.Sprint(want) {
+		t.Errorf("phase observations (count/sum): %v, want %v", sums, want)
+	}
+	if ts := testutil.ToFloat64(m.lastCommit); ts < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Errorf("last commit timestamp %v, want about now", ts)
+	}
+	if ts := testutil.ToFloat64(other.lastCommit); ts != 0 {
+		t.Errorf("a sink that never committed has last commit timestamp %v", ts)
 	}
 }

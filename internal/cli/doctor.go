@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/xadb/xa/internal/config"
 	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/recovery/filelog"
+	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/xa"
 )
 
@@ -46,8 +49,15 @@ against this machine's, and the oldest prepared branch (ours and other
 applications'), each with the fix when something is wrong. Then the decision
 log: its identity (id, node, creation time, timeout, grace), intact or not,
 in use, the participants it delegated decisions to, and the heuristic
-records an operator has yet to clear. Last, what recovery would do with the
-branches of ours (xactl list shows each), by verdict, with a reason.
+records an operator has yet to clear. Then what recovery would do with the
+branches of ours (xactl list shows each), by verdict, with a reason. Last,
+per configured sink: its bookkeeping tables (xactl sink setup) and the
+tables it writes; on PostgreSQL targets, max_prepared_transactions against
+what the sinks' instances may hold prepared at once (instances × (1 +
+checkpoint.max_pending) per target) plus the transaction manager's pools
+(max_conns, default 32) on the same server; on MySQL targets, what XA
+RECOVER holds (MySQL sets no limit) and the PROCESS privilege, which the
+sink's restore needs to commit branches of crashed instances.
 
 The log is read without being taken. Exit code 1 when a check fails (a
 warning does not fail).`,
@@ -74,12 +84,18 @@ warning does not fail).`,
 				v.Log = viewIdentity(ident)
 				grace = max(ident.Grace, time.Duration(c.Recovery.Grace))
 			}
+			checked := map[string][]xa.Finding{} // by participant, for the sinks' findings
 			for _, pc := range c.Participants {
-				add("participant "+pc.Name, doctorParticipant(ctx, pc, grace, g))
+				fs := doctorParticipant(ctx, pc, grace, g)
+				checked[pc.Name] = fs
+				add("participant "+pc.Name, fs)
 			}
 			add("decision log", logFindings)
 			if ident.ID != 0 {
 				add("recovery", doctorPlan(ctx, c, g))
+			}
+			for _, sc := range c.Sinks {
+				add("sink "+sc.Name, doctorSink(ctx, c, sc, checked, g))
 			}
 			err = g.out.result(v, func(w io.Writer) {
 				for i, sub := range v.Results {
@@ -126,14 +142,20 @@ func doctorParticipant(ctx context.Context, pc config.Participant, grace time.Du
 		return append(fs, xa.Finding{Name: "prepared branches", Value: explainAll([]error{err})[0].Error(), Severity: xa.SeverityFail, Fix: "recovery needs to list prepared branches: see the privilege findings"})
 	}
 	now := time.Now()
-	var oursN, foreignN int
+	var oursN, foreignN, sinkN int
 	var oursOldest, foreignOldest time.Duration
 	foreignUnknownAge := false
+	sinks := map[string]int{}
 	for _, b := range list {
 		a, known := b.Age(now)
 		if _, ok := xa.ParseOwned(b.XID); ok {
 			oursN++
 			oursOldest = max(oursOldest, a)
+			continue
+		}
+		if ref, ok := sink.ParseXID(b.XID); ok {
+			sinkN++
+			sinks[ref.Sink]++
 			continue
 		}
 		foreignN++
@@ -148,6 +170,14 @@ func doctorParticipant(ctx context.Context, pc config.Participant, grace time.Du
 		f.Severity, f.Fix = xa.SeverityWarn, "in doubt beyond the grace period, holding locks: see xactl list, run xactl recover (is a transaction manager's recovery running?)"
 	}
 	fs = append(fs, f)
+	if sinkN > 0 {
+		var per []string
+		for _, name := range slices.Sorted(maps.Keys(sinks)) {
+			per = append(per, fmt.Sprintf("%s %d", name, sinks[name]))
+		}
+		fs = append(fs, xa.Finding{Name: "prepared branches (sinks)", Value: fmt.Sprintf("%d (%s): each sink's restore resolves them; xactl sink status NAME", sinkN, strings.Join(per, ", ")),
+			Severity: xa.SeverityOK})
+	}
 	f = xa.Finding{Name: "prepared branches (others)", Value: fmt.Sprintf("%d", foreignN), Severity: xa.SeverityOK}
 	if foreignN > 0 {
 		f.Value += ", oldest " + age(foreignOldest, foreignOldest > 0)

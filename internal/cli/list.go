@@ -40,6 +40,10 @@ type branchView struct {
 	InDoubt bool   `json:"in_doubt"`
 	Done    bool   `json:"done"`
 	Error   string `json:"error,omitempty"`
+	// Sink: the branch is an exactly-once sink's (recovery sees it as
+	// foreign): which sink, instance and checkpoint, and what the sink's
+	// restore would do with it.
+	Sink *sinkBranchView `json:"sink,omitempty"`
 }
 
 // heurKey keys heuristic records: by participant and XID.
@@ -150,10 +154,19 @@ func unlisted(ps *participants, rep recovery.Report) []unlistedView {
 
 // printBranches prints the branch table, the reasons of branches left
 // alone, and what is not known.
-func printBranches(w io.Writer, views []branchView, listed []string, missing []unlistedView, withResult bool) {
+func printBranches(w io.Writer, all []branchView, listed []string, missing []unlistedView, withResult bool) {
+	// The sinks' branches have a table of their own.
+	var views []branchView
+	for _, v := range all {
+		if v.Sink == nil {
+			views = append(views, v)
+		}
+	}
 	switch {
-	case len(views) == 0 && len(listed) > 0:
+	case len(all) == 0 && len(listed) > 0:
 		fmt.Fprintf(w, "No prepared branches on %s.\n", strings.Join(listed, ", "))
+	case len(views) == 0 && len(listed) > 0:
+		fmt.Fprintf(w, "No prepared branches on %s but the sinks'.\n", strings.Join(listed, ", "))
 	case len(views) > 0:
 		tw := table(w)
 		head := "PARTICIPANT\tXID\tNODE\tAGE\tDECISION\tACTION"
@@ -194,6 +207,7 @@ func printBranches(w io.Writer, views []branchView, listed []string, missing []u
 			}
 		}
 	}
+	printSinkBranches(w, all)
 	if len(missing) > 0 {
 		if len(listed) == 0 {
 			fmt.Fprintf(w, "None of the %s could be listed: nothing is known about their prepared branches.\n", plural(len(missing), "participant"))
@@ -282,6 +296,12 @@ touched). ACTION is what 'xactl recover' would do now:
                                table that is not configured or not answering
   anomaly: ...                 its commit record does not list it
 
+Branches of the exactly-once sinks (sinks:, xactl sink) have a table of
+their own: the sink, the instance (incarnation) and checkpoint in the XID,
+its target, and what the sink's restore would do with it (from the sink's
+decisions in its progress target; xactl sink status NAME explains). They
+are never the transaction manager's to resolve.
+
 The decision log is read without being taken, so list works while a
 transaction manager runs. Abort records and heuristic records (manual
 resolutions, kept until 'xactl heuristic clear') are shown too.
@@ -332,6 +352,7 @@ listed: nothing is known about its branches.`,
 				Branches: viewBranches(rep, sc.Grace(), heur), Heuristics: viewHeuristics(hs), Aborts: viewAborts(aborts),
 				InDoubt: rep.InDoubt(), Errors: errStrings(errs),
 			}
+			annotateSinkBranches(v.Branches, rep.Branches, readSinkRestores(ctx, c, rep.Branches, true, g.sinkLogger()))
 			err = g.out.result(v, func(w io.Writer) {
 				fmt.Fprintf(w, "Decision log %s of node %s, grace period %s", v.Log.ID, v.Log.Node, v.Grace)
 				if v.Grace != v.Log.Grace {

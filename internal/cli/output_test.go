@@ -26,7 +26,7 @@ func TestOutput(t *testing.T) {
 		{"--log-dir", newLog, "log", "init"},
 		{"commit", x}, {"rollback", x}, {"recover"}, {"heuristic", "clear", "--participant", pgName, x},
 	}
-	for _, args := range commands {
+	for _, args := range append(commands, []string{"sink", "status", "s"}, []string{"sink", "run", "s"}, []string{"sink", "setup", "s"}) {
 		r := e.run(append(args, "-o", "yaml")...).want(t, 2)
 		r.stderrHas(t, `--output "yaml"`)
 		if r.stdout != "" {

@@ -42,7 +42,8 @@ recovery.nodes) on every participant:
     delegated decision table that is
     not configured or not answering
 
-Other applications' branches are never touched. Records whose branches are
+Other applications' branches are never touched, nor are the exactly-once
+sinks' (their own restore resolves them: xactl sink status NAME). Records whose branches are
 all resolved are forgotten. Running it twice, or next to another recover,
 is safe.
 
@@ -95,7 +96,7 @@ there may be in doubt); 1 when a participant could not be listed.`,
 				if err != nil {
 					return err
 				}
-				v := viewReport(sc, ps, rep, dry)
+				v := viewReport(c, sc, ps, rep, dry)
 				if err := g.out.result(v, v.print); err != nil {
 					return err
 				}
@@ -142,7 +143,7 @@ there may be in doubt); 1 when a participant could not be listed.`,
 					if !g.out.json {
 						fmt.Fprintf(g.stdout, "--- %s\n", time.Now().Format(time.RFC3339))
 					}
-					v := viewReport(sc, ps, rep, false)
+					v := viewReport(c, sc, ps, rep, false)
 					g.out.result(v, v.print) //nolint:errcheck
 					g.out.errors(v.Errors)
 				}
@@ -196,12 +197,15 @@ func ids(gs []xa.GlobalID) []string {
 	return out
 }
 
-func viewReport(sc *recovery.Scanner, ps *participants, rep recovery.Report, dry bool) reportView {
+func viewReport(c *config.Config, sc *recovery.Scanner, ps *participants, rep recovery.Report, dry bool) reportView {
 	v := reportView{DryRun: dry, Log: viewIdentity(sc.Identity()), Grace: sc.Grace().String(),
 		Listed: append([]string{}, rep.Participants...), Unlisted: unlisted(ps, rep),
 		Branches: viewBranches(rep, sc.Grace(), nil), Aborted: ids(rep.Aborted), Forgotten: ids(rep.Forgotten),
 		ForgottenAborts: ids(rep.ForgottenAborts), Kept: []keptView{}, InDoubt: rep.InDoubt(),
 		Errors: errStrings(append(ps.openErrors(), explainAll(rep.Errors)...))}
+	// Sink branches are named as the sink's, not judged: recover never
+	// touches them.
+	annotateSinkBranches(v.Branches, rep.Branches, readSinkRestores(context.Background(), c, rep.Branches, false, nil))
 	for _, k := range rep.Kept {
 		v.Kept = append(v.Kept, keptView{GlobalID: k.ID.String(), Reason: k.Reason})
 		if k.Unseen {

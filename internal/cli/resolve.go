@@ -11,6 +11,7 @@ import (
 
 	"github.com/xadb/xa/internal/config"
 	"github.com/xadb/xa/recovery"
+	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/xa"
 )
 
@@ -60,7 +61,12 @@ dump' show until 'xactl heuristic clear'. Say why with --reason.
 
 Rolling back a branch of ours without a decision records its transaction's
 abort first, as recovery's presumed abort does: a coordinator that records
-its commit meanwhile wins, and the rollback is refused.`, strings.ToUpper(verb[:1])+verb[1:]),
+its commit meanwhile wins, and the rollback is refused.
+
+A branch of an exactly-once sink (format 0x78730001, xs1.<sink>.…) is
+refused, saying what the sink's restore would do with it: its decision is
+in the sink's progress target, and the sink's restore resolves it. --force
+does it anyway, recorded as a heuristic outcome.`, strings.ToUpper(verb[:1])+verb[1:]),
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			x, err := xa.ParseXID(args[0])
@@ -79,6 +85,9 @@ its commit meanwhile wins, and the rollback is refused.`, strings.ToUpper(verb[:
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
 			logger := g.logger()
+			if ref, ok := sink.ParseXID(x); ok && !force {
+				return refuseSinkBranch(ctx, c, ref, verb, g.sinkLogger())
+			}
 			log, err := openDecisionLog(c, forWriting, logger)
 			if err != nil {
 				return err

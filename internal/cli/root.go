@@ -1,6 +1,7 @@
 // Package cli is xactl, the operator's command-line tool: it inspects and
-// resolves in-doubt transactions, checks participants, and creates, reads
-// and checks the decision log. cmd/xactl only calls Main.
+// resolves in-doubt transactions, checks participants, creates, reads and
+// checks the decision log, and sets up, runs and inspects the exactly-once
+// sinks (sink*.go). cmd/xactl only calls Main.
 //
 // It is product code: it imports no lab code (internal/lab: the demo, the
 // benchmark, crash injection, Pebble) and no test rig (internal/layout
@@ -142,6 +143,10 @@ locks. xactl shows them, resolves them from the decision log (commit where a
 commit was logged, roll back where none was and the grace period is over),
 and lets an operator decide by hand when needed.
 
+It also sets up, runs and inspects the exactly-once sinks of the
+configuration (xactl sink): their branches are their own restore's to
+resolve, and xactl shows them as theirs.
+
 The decision log is created once, by 'xactl log init' (or by the
 application, with filelog.Create); every other command opens an existing
 log and refuses a directory without one. The log's identity holds the global
@@ -153,7 +158,8 @@ The configuration comes from a YAML file (--config, $XACTL_CONFIG, or
 flags:
 
 ` + indent(config.Example, "  ") + `
-Exit codes: 0 ok, 1 error, 2 usage, 3 in-doubt branches remain.`,
+Exit codes: 0 ok, 1 error, 2 usage, 3 in-doubt branches remain (sink
+status: branches its restore will not resolve by itself).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// The output format is chosen once, for every command.
@@ -176,7 +182,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 in-doubt branches remain.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: ExitUsage, err: err} })
 
 	root.AddCommand(newList(g), newRecover(g), newResolve(g, true), newResolve(g, false),
-		newLog(g), newHeuristic(g), newDoctor(g), newVersion(g))
+		newLog(g), newHeuristic(g), newDoctor(g), newSink(g), newVersion(g))
 	usageArgs(root)
 	return root
 }

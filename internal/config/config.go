@@ -1,5 +1,6 @@
 // Package config reads xactl's configuration: the node id, the decision
-// log, the participants and the recovery settings, from a YAML file,
+// log, the participants, the recovery settings and the exactly-once sinks
+// (sinks.go), from a YAML file,
 // overridden by XACTL_* environment variables and then by flags.
 //
 // The file format is shown by Example (example.yaml in this directory, the
@@ -41,6 +42,9 @@ type Config struct {
 	Log          Log           `yaml:"log"`
 	Participants []Participant `yaml:"participants"`
 	Recovery     Recovery      `yaml:"recovery"`
+	// Sinks are the exactly-once sinks (package sink) that xactl sink
+	// runs and inspects.
+	Sinks []Sink `yaml:"sinks"`
 }
 
 // Log kinds.
@@ -177,6 +181,9 @@ func (c *Config) Defaults() {
 			c.Participants[i].Driver = k.Name // aliases become the kind's name
 		}
 	}
+	for i := range c.Sinks {
+		c.Sinks[i].sinkDefaults()
+	}
 }
 
 // Need says what the command at hand requires of the configuration.
@@ -243,6 +250,7 @@ func (c *Config) Validate(need Need) error {
 	if c.Recovery.Grace < 0 || c.Recovery.Interval < 0 {
 		errs = append(errs, errors.New("recovery: grace and interval must not be negative"))
 	}
+	errs = append(errs, c.validateSinks()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}

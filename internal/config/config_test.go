@@ -26,8 +26,31 @@ func TestExample(t *testing.T) {
 		len(c.Recovery.Nodes) != 1 || c.Recovery.Interval != Duration(10*time.Second) {
 		t.Errorf("example parsed as %+v", c)
 	}
+	// The sink.
+	if len(c.Sinks) != 1 {
+		t.Fatalf("example sinks: %+v", c.Sinks)
+	}
+	s := c.Sinks[0]
+	if s.Name != "orders" || s.Source.Kind != SourceKafka || len(s.Source.Brokers) != 1 || s.Source.Group == "" || len(s.Source.Topics) != 1 ||
+		s.Source.Start != StartEarliest || len(s.Targets) != 2 || s.Progress != "pg" || len(s.Tables) != 2 ||
+		s.Tables[0].Mode != ModeInsert || s.Tables[1].Mode != ModeUpsert || len(s.Tables[1].Key) != 1 ||
+		s.Checkpoint.Records != 10000 || s.Checkpoint.Interval != Duration(time.Second) || s.Checkpoint.MaxPending != 2 ||
+		s.Instances != 2 || s.RestoreGrace != Duration(30*time.Second) {
+		t.Errorf("example sink parsed as %+v", s)
+	}
+	sc := c.SinkConfig(s)
+	if len(sc.Targets) != 2 || sc.Targets[1].DSN != "postgres://u@127.0.0.1:5432/db" || sc.Targets[1].Driver != "postgres" ||
+		len(sc.Tables) != 2 || sc.Tables[0].ID != "maria/orders" || sc.Tables[1].Target != "pg" || !sc.Tables[1].Upsert ||
+		len(sc.Tables[1].Columns) != 3 || sc.Tables[1].Columns[0].Name != "at" || sc.Tables[1].Columns[0].From != "time" {
+		t.Errorf("example sink as the sink package's configuration: %+v", sc)
+	}
+	if s.PreparedSlots() != 6 {
+		t.Errorf("PreparedSlots = %d, want 2 instances x (1 + 2)", s.PreparedSlots())
+	}
 	// Every key of Config appears in the example (commented out or not).
-	for _, key := range []string{"node:", "log:", "kind:", "dir:", "participants:", "name:", "driver:", "dsn:", "decision_table:", "recovery:", "nodes:", "interval:", "grace:"} {
+	for _, key := range []string{"node:", "log:", "kind:", "dir:", "participants:", "name:", "driver:", "dsn:", "decision_table:", "recovery:", "nodes:", "interval:", "grace:",
+		"sinks:", "source:", "brokers:", "group:", "topics:", "start:", "records:", "partitions:", "payload:", "paths:", "targets:", "progress:",
+		"tables:", "target:", "columns:", "mode:", "key:", "checkpoint:", "max_pending:", "instances:", "restore_grace:"} {
 		if !strings.Contains(Example, key) {
 			t.Errorf("the example lacks %s", key)
 		}

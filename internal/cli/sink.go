@@ -1,0 +1,449 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/xadb/xa/internal/config"
+	"github.com/xadb/xa/metrics"
+	"github.com/xadb/xa/sink"
+)
+
+func newSink(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sink",
+		Short: "Set up, run and inspect the exactly-once sinks of the configuration",
+		Long: `The exactly-once sinks (sinks: in the configuration) write a stream - Kafka,
+files, or a generator for tests - into tables of the participants, every
+record exactly once: each checkpoint is one global transaction over the
+targets, decided by one row in the sink's progress target together with the
+positions it reached (docs/sink.md).
+
+  xactl sink setup NAME    create the sink's bookkeeping tables
+  xactl sink run NAME      run an instance until interrupted
+  xactl sink status NAME   positions, lag, instances, prepared branches
+
+A sink's prepared branches (XIDs of format 0x78730001, xs1.<sink>.…) are
+resolved by its own restore, which every instance runs when it takes
+partitions and every 10 s: never by xactl recover. xactl list shows them as
+the sink's; xactl commit and rollback refuse them without --force.`,
+	}
+	cmd.AddCommand(newSinkSetup(g), newSinkRun(g), newSinkStatus(g))
+	return cmd
+}
+
+// loadSink reads the configuration and returns it with the sink named
+// name.
+func (g *globals) loadSink(name string) (*config.Config, config.Sink, error) {
+	c, err := g.loadConfig(config.Need{Participants: true})
+	if err != nil {
+		return nil, config.Sink{}, err
+	}
+	sc, ok := c.Sink(name)
+	if !ok {
+		known := "none is"
+		if names := c.SinkNames(); len(names) > 0 {
+			known = strings.Join(names, ", ") + " are"
+		}
+		return nil, config.Sink{}, usageErr("no sink %q in the configuration (%s configured under sinks:)", name, known)
+	}
+	return c, sc, nil
+}
+
+// sinkLogger is the logger of a sink opened to be looked at (status, list,
+// commit): its targets' start-up warnings only with --verbose (doctor
+// reports them; sink run logs them).
+func (g *globals) sinkLogger() *slog.Logger {
+	if g.verbose {
+		return g.logger()
+	}
+	return nil
+}
+
+// sinkSetupView is the result of xactl sink setup.
+type sinkSetupView struct {
+	Sink     string   `json:"sink"`
+	Progress string   `json:"progress"`
+	Tables   []string `json:"tables"`
+	// Missing are the tables the sink writes that do not exist yet.
+	Missing []string `json:"missing"`
+}
+
+func newSinkSetup(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "setup NAME",
+		Short: "Create the sink's bookkeeping tables in its progress target",
+		Long: `Create xa_sink_progress, xa_sink_decisions and xa_sink_instances in the
+sink's progress target (progress:, default its first target) where they are
+missing; run it once before the sink's first instance. It is idempotent.
+The tables the sink writes are yours to create; setup says which are
+missing.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, sc, err := g.loadSink(args[0])
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+			defer cancel()
+			if err := sink.Setup(ctx, c.ProgressTarget(sc)); err != nil {
+				return fmt.Errorf("sink %s: creating its tables in %s: %w", sc.Name, sc.Progress, err)
+			}
+			v := sinkSetupView{Sink: sc.Name, Progress: sc.Progress, Tables: sinkTableNames, Missing: []string{}}
+			for _, t := range sc.Tables {
+				p, _ := c.Participant(t.Target)
+				ok, err := tableExists(ctx, p, t.Name)
+				if err == nil && !ok {
+					v.Missing = append(v.Missing, t.Target+": "+t.Name)
+				}
+			}
+			return g.out.result(v, func(w io.Writer) {
+				fmt.Fprintf(w, "Sink %s: its tables are in place in %s (%s).\n", v.Sink, v.Progress, strings.Join(v.Tables, ", "))
+				for _, m := range v.Missing {
+					fmt.Fprintf(w, "The sink writes table %s, which does not exist yet: create it before xactl sink run.\n", m)
+				}
+			})
+		},
+	}
+}
+
+// sinkTableNames are the bookkeeping tables sink.Setup creates.
+var sinkTableNames = []string{"xa_sink_progress", "xa_sink_decisions", "xa_sink_instances"}
+
+func newSinkRun(g *globals) *cobra.Command {
+	var metricsAddr string
+	var every time.Duration
+	cmd := &cobra.Command{
+		Use:   "run NAME",
+		Short: "Run an instance of the sink until interrupted (or until a bounded source ends)",
+		Long: `Run one instance of the sink: read its source, write every record into its
+tables, and commit a checkpoint every checkpoint.records records or
+checkpoint.interval, whichever comes first. Run as many instances as the
+Kafka topics have partitions to spread: the group hands each its share, and
+each takes its partitions over (raising their epochs) and resolves what
+earlier instances left prepared before reading.
+
+SIGINT or SIGTERM stops it cleanly: the checkpoint being written is aborted,
+those already prepared are committed (for up to 30 s; what is left goes to
+the next instance's restore), and the Kafka group is left, so its
+partitions move to the other instances at once. A generator or file source
+ends by itself: everything read is committed, and it exits 0.
+
+Every --progress-every (default 5s) a line on stderr says the records
+committed and their rate, the lag (the source's end minus the positions in
+the progress table, summed over the partitions: for Kafka the high
+watermark), the last checkpoint and its duration, and the checkpoints
+prepared and pending. --metrics-addr serves Prometheus metrics (xa_sink_*)
+on /metrics.
+
+Exit code 1 when it stops on an error: fenced (every partition was taken
+over by another instance), a decision whose outcome is unknown (the next
+instance's restore settles it), too many aborted checkpoints in a row, or
+the source's error.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, sc, err := g.loadSink(args[0])
+			if err != nil {
+				return err
+			}
+			logger := g.logger()
+			ctx := cmd.Context()
+			cfg := c.SinkConfig(sc)
+			cfg.Logger = logger
+			openCtx, cancel := context.WithTimeout(ctx, g.timeout)
+			s, err := sink.Open(openCtx, cfg)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("sink %s: %w", sc.Name, err)
+			}
+			defer s.Close()
+			src, err := openSource(sc, logger)
+			if err != nil {
+				return fmt.Errorf("sink %s: %w", sc.Name, err)
+			}
+			ends, err := newEndReader(sc)
+			if err != nil {
+				src.Close()
+				return fmt.Errorf("sink %s: %w", sc.Name, err)
+			}
+			defer ends.Close()
+
+			// A registry of this run's own (see recover --watch).
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			m := metrics.NewSink(reg, sc.Name)
+			if metricsAddr != "" {
+				ln, err := net.Listen("tcp", metricsAddr)
+				if err != nil {
+					src.Close()
+					return fmt.Errorf("--metrics-addr: %w", err)
+				}
+				srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+				go srv.Serve(ln)                         //nolint:errcheck // ends with Shutdown
+				defer srv.Shutdown(context.Background()) //nolint:errcheck
+				fmt.Fprintf(g.stderr, "metrics on http://%s/metrics\n", ln.Addr())
+			}
+			tr := &tracker{started: time.Now()}
+			opts := sc.RunOptions()
+			opts.Observer = observers{m, tr}
+			opts.Logger = logger
+			fmt.Fprintf(g.stderr, "sink %s: reading %s into %s (progress in %s), a checkpoint every %d records or %s; Ctrl-C to stop\n",
+				sc.Name, sourceText(sc.Source), strings.Join(sc.Targets, ", "), sc.Progress, opts.CheckpointRecords, opts.CheckpointInterval)
+
+			rep := &reporter{g: g, c: c, sc: sc, tr: tr, m: m, ends: ends}
+			stopReports := make(chan struct{})
+			reports := sync.WaitGroup{}
+			if every > 0 {
+				reports.Go(func() {
+					t := time.NewTicker(every)
+					defer t.Stop()
+					for {
+						select {
+						case <-stopReports:
+							return
+						case <-ctx.Done():
+							return
+						case <-t.C:
+							rep.report(ctx)
+						}
+					}
+				})
+			}
+			runErr := s.Run(ctx, src, opts)
+			close(stopReports)
+			reports.Wait()
+			closeErr := src.Close()
+			interrupted := ctx.Err() != nil
+			// The last word: what was done, and the lag now.
+			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			rep.report(lctx)
+			lcancel()
+			switch {
+			case interrupted:
+				fmt.Fprintf(g.stderr, "sink %s: stopped: %s; the checkpoint being written was aborted, the prepared ones committed (or left to the next instance's restore)\n",
+					sc.Name, tr.done())
+			case runErr == nil:
+				fmt.Fprintf(g.stderr, "sink %s: the source ended: %s, every record read is committed\n", sc.Name, tr.done())
+			}
+			if closeErr != nil && !errors.Is(closeErr, context.Canceled) {
+				fmt.Fprintf(g.stderr, "sink %s: closing the source: %v\n", sc.Name, closeErr)
+			}
+			// The result: on stdout with -o json (people read stderr).
+			v := tr.view(sc.Name)
+			switch {
+			case interrupted:
+				v.Ended = "interrupted"
+			case runErr == nil:
+				v.Ended = "source ended"
+			default:
+				v.Ended, v.Error = "error", runErr.Error()
+			}
+			if err := g.out.result(v, func(io.Writer) {}); err != nil {
+				return err
+			}
+			if runErr != nil && !interrupted {
+				return fmt.Errorf("sink %s stopped: %w%s", sc.Name, runErr, runHint(runErr, sc.Name))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (e.g. :9465)")
+	f.DurationVar(&every, "progress-every", 5*time.Second, "how often a progress line goes to stderr (0: only at the end)")
+	return cmd
+}
+
+// runHint says what an error that stopped a run means for the operator.
+func runHint(err error, name string) string {
+	switch {
+	case errors.Is(err, sink.ErrFenced):
+		return "\nEvery partition of this instance was taken over by another instance (it was too slow, or cut off): nothing it wrote after the takeover lands. Another instance holds its partitions."
+	case errors.Is(err, sink.ErrUnresolved):
+		return fmt.Sprintf("\nA checkpoint's decision could not be settled: the next instance's restore settles it through the abort marker (xactl sink status %s shows its branches).", name)
+	case errors.Is(err, sink.ErrAborted):
+		return "\nCheckpoints kept aborting: see the reason above; the records were not written (the positions did not move)."
+	}
+	return ""
+}
+
+// observers passes a sink's observations to several observers.
+type observers []sink.Observer
+
+func (os observers) RecordsWritten(n int) {
+	for _, o := range os {
+		o.RecordsWritten(n)
+	}
+}
+
+func (os observers) CheckpointDone(c sink.CheckpointStats) {
+	for _, o := range os {
+		o.CheckpointDone(c)
+	}
+}
+
+func (os observers) PendingChanged(n int) {
+	for _, o := range os {
+		o.PendingChanged(n)
+	}
+}
+
+// tracker keeps what the progress line says.
+type tracker struct {
+	started   time.Time
+	committed atomic.Int64 // records
+	written   atomic.Int64
+	pending   atomic.Int64
+
+	mu                  sync.Mutex
+	checkpoints, aborts int
+	last                sink.CheckpointStats // the last committed
+	lastAt              time.Time
+	lastAbort           error
+}
+
+func (t *tracker) RecordsWritten(n int) { t.written.Add(int64(n)) }
+func (t *tracker) PendingChanged(n int) { t.pending.Store(int64(n)) }
+
+func (t *tracker) CheckpointDone(c sink.CheckpointStats) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !c.Committed {
+		t.aborts++
+		t.lastAbort = c.Err
+		return
+	}
+	t.committed.Add(int64(c.Records))
+	t.checkpoints++
+	t.last, t.lastAt = c, time.Now()
+}
+
+// sinkRunView is the result of xactl sink run (printed with -o json).
+type sinkRunView struct {
+	Sink string `json:"sink"`
+	// Ended: interrupted, source ended, or error.
+	Ended            string  `json:"ended"`
+	Error            string  `json:"error,omitempty"`
+	RecordsCommitted int64   `json:"records_committed"`
+	Checkpoints      int     `json:"checkpoints"`
+	Aborted          int     `json:"aborted"`
+	Seconds          float64 `json:"seconds"`
+}
+
+func (t *tracker) view(name string) sinkRunView {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return sinkRunView{Sink: name, RecordsCommitted: t.committed.Load(), Checkpoints: t.checkpoints, Aborted: t.aborts,
+		Seconds: time.Since(t.started).Seconds()}
+}
+
+// done says what the run did.
+func (t *tracker) done() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return fmt.Sprintf("%s committed in %s (%s aborted) in %s", plural(int(t.committed.Load()), "record"), plural(t.checkpoints, "checkpoint"),
+		fmt.Sprint(t.aborts), time.Since(t.started).Round(time.Millisecond))
+}
+
+// reporter writes the progress lines of sink run.
+type reporter struct {
+	g    *globals
+	c    *config.Config
+	sc   config.Sink
+	tr   *tracker
+	m    *metrics.Sink
+	ends *endReader
+
+	prevAt        time.Time
+	prevCommitted int64
+}
+
+// report writes one progress line, and sets the lag metrics.
+func (r *reporter) report(ctx context.Context) {
+	now := time.Now()
+	committed := r.tr.committed.Load()
+	since := r.prevAt
+	if since.IsZero() {
+		since = r.tr.started
+	}
+	rate := float64(committed-r.prevCommitted) / now.Sub(since).Seconds()
+	r.prevAt, r.prevCommitted = now, committed
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "sink %s: %d records committed, %.0f/s", r.sc.Name, committed, rate)
+	lag, parts, err := r.lag(ctx)
+	switch {
+	case err != nil:
+		fmt.Fprintf(&b, "; lag ? (%v)", err)
+	default:
+		fmt.Fprintf(&b, "; lag %d over %s", lag, plural(parts, "partition"))
+	}
+	r.tr.mu.Lock()
+	if r.tr.checkpoints > 0 {
+		l := r.tr.last
+		fmt.Fprintf(&b, "; checkpoint %d committed %s ago in %s (%d records; write %s, prepare %s, commit %s)", l.Checkpoint,
+			age(time.Since(r.tr.lastAt), true), dur(l.Prepare+l.Commit), l.Records, dur(l.Write), dur(l.Prepare), dur(l.Commit))
+	} else {
+		b.WriteString("; no checkpoint committed yet")
+	}
+	fmt.Fprintf(&b, "; %d pending", r.tr.pending.Load())
+	if r.tr.aborts > 0 {
+		fmt.Fprintf(&b, "; %d aborted (last: %v)", r.tr.aborts, r.tr.lastAbort)
+	}
+	r.tr.mu.Unlock()
+	fmt.Fprintln(r.g.stderr, b.String())
+}
+
+// lag reads the positions in the progress table and the source's ends,
+// sets the lag metrics, and returns the total lag and how many partitions
+// it covers.
+func (r *reporter) lag(ctx context.Context) (int64, int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := sink.ReadStatus(ctx, r.c.ProgressTarget(r.sc), r.sc.Name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("progress table: %w", err)
+	}
+	ends, err := r.ends.ends(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("source: %w", err)
+	}
+	pos := map[string]string{}
+	for _, p := range st.Partitions {
+		pos[p.Partition] = p.Position
+	}
+	lags := map[string]int64{}
+	var total int64
+	for _, e := range ends {
+		if n, ok := e.lag(pos[e.Partition]); ok {
+			lags[e.Partition] = n
+			total += n
+		}
+	}
+	r.m.SetLag(lags)
+	return total, len(lags), nil
+}
+
+// dur formats a duration for the progress line.
+func dur(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(10 * time.Millisecond).String()
+}
