@@ -82,13 +82,17 @@ type Kind struct {
 	// DecisionTables: participants of the kind can be last resources
 	// (Options.DecisionTable).
 	DecisionTables bool
+	// DefaultMaxConns is the pool size when Options.MaxConns is 0.
+	DefaultMaxConns int
 	// Open opens a participant.
 	Open func(ctx context.Context, o Options) (Participant, error)
 }
 
 var kinds = []Kind{
-	{Name: "mysql", Aliases: []string{"mariadb"}, Summary: "MySQL 8 and MariaDB 10.5+, with XA statements", Open: openMySQL},
-	{Name: "postgres", Aliases: []string{"postgresql"}, Summary: "PostgreSQL 12+, with PREPARE TRANSACTION", DecisionTables: true, Open: openPostgres},
+	{Name: "mysql", Aliases: []string{"mariadb"}, Summary: "MySQL 8 and MariaDB 10.5+, with XA statements",
+		DefaultMaxConns: mysql.DefaultMaxConns, Open: openMySQL},
+	{Name: "postgres", Aliases: []string{"postgresql"}, Summary: "PostgreSQL 12+, with PREPARE TRANSACTION",
+		DecisionTables: true, DefaultMaxConns: postgres.DefaultMaxConns, Open: openPostgres},
 }
 
 // Kinds returns every kind.

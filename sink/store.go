@@ -18,6 +18,13 @@ import (
 type store interface {
 	// setup creates the tables if they are missing.
 	setup(ctx context.Context) error
+	// tableExists reports whether a table ("table" or "schema.table")
+	// exists, as the sink's statements would find it.
+	tableExists(ctx context.Context, name string) (bool, error)
+	// slots reports the server's prepared-transaction limit and use, when
+	// its kind has one, and which server that is (databases of one
+	// server share the slots).
+	slots(ctx context.Context) (server string, max, inUse int, limited bool, err error)
 	// allocate inserts a new instance row and returns its incarnation:
 	// one more than the sink's highest self-driven incarnation.
 	allocate(ctx context.Context, sink, host string, pid int) (uint64, error)
@@ -202,6 +209,48 @@ func Setup(ctx context.Context, progress TargetConfig) error {
 	}
 	defer st.close()
 	return st.setup(ctx)
+}
+
+// Tables lists the bookkeeping tables Setup creates.
+func Tables() []string { return []string{"xa_sink_progress", "xa_sink_decisions", "xa_sink_instances"} }
+
+// TablesExist reports, for each of names ("table" or "schema.table"),
+// whether target t holds it, as the sink's statements would find it.
+func TablesExist(ctx context.Context, t TargetConfig, names []string) (map[string]bool, error) {
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	st, err := storeFor(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	defer st.close()
+	out := make(map[string]bool, len(names))
+	for _, n := range names {
+		ok, err := st.tableExists(ctx, n)
+		if err != nil {
+			return nil, fmt.Errorf("sink: target %s: looking for table %s: %w", t.Name, n, err)
+		}
+		out[n] = ok
+	}
+	return out, nil
+}
+
+// PreparedSlots reports how many prepared transactions target t's server
+// may hold at once and holds now, where its kind sets a limit
+// (PostgreSQL's max_prepared_transactions, shared by every database of the
+// server, which server names); limited is false for kinds without one
+// (MySQL, MariaDB).
+func PreparedSlots(ctx context.Context, t TargetConfig) (server string, max, inUse int, limited bool, err error) {
+	if err := t.validate(); err != nil {
+		return "", 0, 0, false, err
+	}
+	st, err := storeFor(ctx, t)
+	if err != nil {
+		return "", 0, 0, false, err
+	}
+	defer st.close()
+	return st.slots(ctx)
 }
 
 // ReadStatus reads a sink's progress and instances from its progress

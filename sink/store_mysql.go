@@ -394,3 +394,18 @@ func (s *myStore) status(ctx context.Context, sink string) (Status, error) {
 	countOwned(&st)
 	return st, rows.Err()
 }
+
+func (s *myStore) tableExists(ctx context.Context, name string) (bool, error) {
+	parts := strings.Split(name, ".")
+	var schema any
+	if len(parts) == 2 {
+		schema = parts[0]
+	}
+	var n int
+	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+		schema, parts[len(parts)-1]).Scan(&n)
+	return n > 0, err
+}
+
+// slots: MySQL and MariaDB set no limit on prepared branches.
+func (s *myStore) slots(context.Context) (string, int, int, bool, error) { return "", 0, 0, false, nil }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -300,4 +301,16 @@ func (s *pgStore) status(ctx context.Context, sink string) (Status, error) {
 	}
 	countOwned(&st)
 	return st, rows.Err()
+}
+
+func (s *pgStore) tableExists(ctx context.Context, name string) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier(strings.Split(name, ".")).Sanitize()).Scan(&ok)
+	return ok, err
+}
+
+func (s *pgStore) slots(ctx context.Context) (server string, max, inUse int, limited bool, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT coalesce(host(inet_server_addr()), 'local socket') || ':' || current_setting('port'),
+		current_setting('max_prepared_transactions')::int, (SELECT count(*) FROM pg_prepared_xacts)::int`).Scan(&server, &max, &inUse)
+	return server, max, inUse, err == nil, err
 }

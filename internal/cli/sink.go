@@ -103,10 +103,10 @@ missing.`,
 			if err := sink.Setup(ctx, c.ProgressTarget(sc)); err != nil {
 				return fmt.Errorf("sink %s: creating its tables in %s: %w", sc.Name, sc.Progress, err)
 			}
-			v := sinkSetupView{Sink: sc.Name, Progress: sc.Progress, Tables: sinkTableNames, Missing: []string{}}
+			v := sinkSetupView{Sink: sc.Name, Progress: sc.Progress, Tables: sink.Tables(), Missing: []string{}}
 			for _, t := range sc.Tables {
 				p, _ := c.Participant(t.Target)
-				ok, err := tableExists(ctx, p, t.Name)
+				ok, err := tableExists(ctx, c, p, t.Name)
 				if err == nil && !ok {
 					v.Missing = append(v.Missing, t.Target+": "+t.Name)
 				}
@@ -121,8 +121,6 @@ missing.`,
 	}
 }
 
-// sinkTableNames are the bookkeeping tables sink.Setup creates.
-var sinkTableNames = []string{"xa_sink_progress", "xa_sink_decisions", "xa_sink_instances"}
 
 func newSinkRun(g *globals) *cobra.Command {
 	var metricsAddr string

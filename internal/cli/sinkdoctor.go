@@ -2,113 +2,26 @@ package cli
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 
-	gomysql "github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5"
-
-	"github.com/xadb/xa/drivers/postgres"
+	"github.com/xadb/xa/drivers"
 	"github.com/xadb/xa/internal/config"
 	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/xa"
 )
 
-// rawDB is a plain session on a participant's database, for the few
-// catalogue reads doctor and sink setup make (the resource manager has no
-// statements of its own to offer).
-type rawDB struct {
-	driver string
-	pg     *pgx.Conn
-	my     *sql.DB
+// targetOf returns participant name as a target of the sink package.
+func targetOf(c *config.Config, name string) sink.TargetConfig {
+	p, _ := c.Participant(name)
+	return sink.TargetConfig{Name: p.Name, Driver: p.Driver, DSN: p.DSN, MaxConns: p.MaxConns}
 }
 
-func openRaw(ctx context.Context, p config.Participant) (*rawDB, error) {
-	d := &rawDB{driver: p.Driver}
-	switch p.Driver {
-	case sink.DriverPostgres:
-		c, err := pgx.Connect(ctx, p.DSN)
-		if err != nil {
-			return nil, err
-		}
-		d.pg = c
-	case sink.DriverMySQL:
-		cfg, err := gomysql.ParseDSN(p.DSN)
-		if err != nil {
-			return nil, err
-		}
-		conn, err := gomysql.NewConnector(cfg)
-		if err != nil {
-			return nil, err
-		}
-		d.my = sql.OpenDB(conn)
-		d.my.SetMaxOpenConns(1)
-		if err := d.my.PingContext(ctx); err != nil {
-			d.my.Close()
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("participant %s: a %s participant cannot be a sink's target", p.Name, p.Driver)
-	}
-	return d, nil
-}
-
-func (d *rawDB) Close() {
-	if d.pg != nil {
-		d.pg.Close(context.Background())
-	}
-	if d.my != nil {
-		d.my.Close()
-	}
-}
-
-// tableExists reports whether the table ("table" or "schema.table", as a
-// sink names it) exists, as the sink's statements would find it.
-func (d *rawDB) tableExists(ctx context.Context, name string) (bool, error) {
-	parts := strings.Split(name, ".")
-	if d.pg != nil {
-		var ok bool
-		err := d.pg.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier(parts).Sanitize()).Scan(&ok)
-		return ok, err
-	}
-	var schema any
-	if len(parts) == 2 {
-		schema = parts[0]
-	}
-	var n int
-	err := d.my.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
-		schema, parts[len(parts)-1]).Scan(&n)
-	return n > 0, err
-}
-
-// tableExists opens a session on p to ask whether its table name exists.
-func tableExists(ctx context.Context, p config.Participant, name string) (bool, error) {
-	d, err := openRaw(ctx, p)
-	if err != nil {
-		return false, err
-	}
-	defer d.Close()
-	return d.tableExists(ctx, name)
-}
-
-// pgSlots returns PostgreSQL's max_prepared_transactions and how many
-// prepared transactions the server holds (every database).
-func (d *rawDB) pgSlots(ctx context.Context) (max, inUse int, err error) {
-	err = d.pg.QueryRow(ctx, "SELECT current_setting('max_prepared_transactions')::int, (SELECT count(*) FROM pg_prepared_xacts)::int").Scan(&max, &inUse)
-	return max, inUse, err
-}
-
-// pgServer names the PostgreSQL server a DSN connects to: prepared-
-// transaction slots are the server's, shared by its databases.
-func pgServer(dsn string) string {
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return dsn
-	}
-	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+// tableExists asks participant p whether its table name exists, as the
+// sink's statements would find it.
+func tableExists(ctx context.Context, c *config.Config, p config.Participant, name string) (bool, error) {
+	got, err := sink.TablesExist(ctx, targetOf(c, p.Name), []string{name})
+	return got[name], err
 }
 
 // slotNeeds is what the configuration asks of one PostgreSQL server's
@@ -127,25 +40,46 @@ func (n slotNeeds) sinkTotal() int {
 	return t
 }
 
-// pgSlotNeeds adds up, per PostgreSQL server, the slots every sink's
-// instances may hold at once (instances × (1 + max_pending) per target on
-// it) and the transaction manager's (each pooled session may hold a
-// branch in PREPARE: the participant's max_conns, default 32).
-func pgSlotNeeds(c *config.Config) map[string]*slotNeeds {
-	out := map[string]*slotNeeds{}
+// slotServers asks every participant that a sink writes to where its
+// kind limits prepared transactions, and adds up, per server, the slots
+// every sink's instances may hold at once (instances × (1 + max_pending)
+// per target on it) and the transaction manager's (each pooled session
+// may hold a branch in PREPARE: the participant's max_conns, or its
+// kind's default).
+func slotServers(ctx context.Context, c *config.Config) (byTarget map[string]string, needs map[string]*slotNeeds, max, inUse map[string]int, errs map[string]error) {
+	byTarget, needs = map[string]string{}, map[string]*slotNeeds{}
+	max, inUse, errs = map[string]int{}, map[string]int{}, map[string]error{}
+	asked := map[string]bool{}
+	for _, s := range c.Sinks {
+		for _, name := range s.Targets {
+			if asked[name] {
+				continue
+			}
+			asked[name] = true
+			server, m, u, limited, err := sink.PreparedSlots(ctx, targetOf(c, name))
+			switch {
+			case err != nil:
+				errs[name] = err
+				continue
+			case !limited:
+				continue
+			}
+			byTarget[name], max[server], inUse[server] = server, m, u
+		}
+	}
 	for _, p := range c.Participants {
-		if p.Driver != sink.DriverPostgres {
+		server, ok := byTarget[p.Name]
+		if !ok {
 			continue
 		}
-		key := pgServer(p.DSN)
-		n := out[key]
+		n := needs[server]
 		if n == nil {
 			n = &slotNeeds{sinks: map[string]int{}}
-			out[key] = n
+			needs[server] = n
 		}
 		pool := p.MaxConns
-		if pool <= 0 {
-			pool = postgres.DefaultMaxConns
+		if k, ok := drivers.Lookup(p.Driver); ok && pool <= 0 {
+			pool = k.DefaultMaxConns
 		}
 		n.tm += pool
 		n.parts = append(n.parts, p.Name)
@@ -157,7 +91,7 @@ func pgSlotNeeds(c *config.Config) map[string]*slotNeeds {
 			}
 		}
 	}
-	return out
+	return byTarget, needs, max, inUse, errs
 }
 
 // doctorSink checks what sc needs of its targets: its bookkeeping tables
@@ -170,62 +104,32 @@ func doctorSink(ctx context.Context, c *config.Config, sc config.Sink, checked m
 	add := func(name, value string, sev xa.Severity, fix string) {
 		fs = append(fs, xa.Finding{Name: name, Value: value, Severity: sev, Fix: fix})
 	}
-	raws := map[string]*rawDB{}
-	defer func() {
-		for _, d := range raws {
-			d.Close()
-		}
-	}()
-	raw := func(target string) (*rawDB, error) {
-		if d := raws[target]; d != nil {
-			return d, nil
-		}
-		p, _ := c.Participant(target)
-		d, err := openRaw(ctx, p)
-		if err != nil {
-			return nil, err
-		}
-		raws[target] = d
-		return d, nil
-	}
-
 	// The bookkeeping tables.
-	if d, err := raw(sc.Progress); err != nil {
-		add("sink tables", fmt.Sprintf("progress target %s could not be reached: %v", sc.Progress, err), xa.SeverityFail, "see participant "+sc.Progress)
+	if got, err := sink.TablesExist(ctx, targetOf(c, sc.Progress), sink.Tables()); err != nil {
+		add("sink tables", fmt.Sprintf("could not be checked in %s: %v", sc.Progress, err), xa.SeverityFail,
+			"see participant "+sc.Progress+"; the sink's user must be able to read its catalogue")
 	} else {
 		var missing []string
-		var errs []string
-		for _, t := range sinkTableNames {
-			ok, err := d.tableExists(ctx, t)
-			switch {
-			case err != nil:
-				errs = append(errs, err.Error())
-			case !ok:
+		for _, t := range sink.Tables() {
+			if !got[t] {
 				missing = append(missing, t)
 			}
 		}
-		switch {
-		case len(errs) > 0:
-			add("sink tables", "could not be checked: "+strings.Join(errs, "; "), xa.SeverityFail, "the sink's user must be able to read the catalogue of "+sc.Progress)
-		case len(missing) > 0:
+		if len(missing) > 0 {
 			add("sink tables", fmt.Sprintf("missing in %s: %s", sc.Progress, strings.Join(missing, ", ")), xa.SeverityFail,
 				fmt.Sprintf("xactl sink setup %s creates them", sc.Name))
-		default:
-			add("sink tables", fmt.Sprintf("present in %s (%s)", sc.Progress, strings.Join(sinkTableNames, ", ")), xa.SeverityOK, "")
+		} else {
+			add("sink tables", fmt.Sprintf("present in %s (%s)", sc.Progress, strings.Join(sink.Tables(), ", ")), xa.SeverityOK, "")
 		}
 	}
 	// The tables it writes.
 	for _, t := range sc.Tables {
 		name := "table " + t.Target + ": " + t.Name
-		d, err := raw(t.Target)
-		if err != nil {
-			add(name, "target could not be reached: "+err.Error(), xa.SeverityFail, "see participant "+t.Target)
-			continue
-		}
-		switch ok, err := d.tableExists(ctx, t.Name); {
+		got, err := sink.TablesExist(ctx, targetOf(c, t.Target), []string{t.Name})
+		switch {
 		case err != nil:
-			add(name, "could not be checked: "+err.Error(), xa.SeverityFail, "the sink's user must be able to read the catalogue of "+t.Target)
-		case !ok:
+			add(name, "could not be checked: "+err.Error(), xa.SeverityFail, "see participant "+t.Target+"; the sink's user must be able to read its catalogue")
+		case !got[t.Name]:
 			cols := make([]string, 0, len(t.Columns))
 			for _, col := range sink.ColumnsFromMap(t.Columns) {
 				cols = append(cols, col.Name)
@@ -240,38 +144,30 @@ func doctorSink(ctx context.Context, c *config.Config, sc config.Sink, checked m
 		}
 	}
 
-	needs := pgSlotNeeds(c)
+	byTarget, needs, max, inUse, slotErrs := slotServers(ctx, c)
 	seenServer := map[string]bool{}
 	for _, target := range sc.Targets {
-		p, _ := c.Participant(target)
-		switch p.Driver {
-		case sink.DriverPostgres:
-			key := pgServer(p.DSN)
-			if seenServer[key] {
-				continue // slots are the server's: counted once
-			}
-			seenServer[key] = true
-			fs = append(fs, pgSlotFinding(ctx, raw, target, key, needs[key], sc))
-		case sink.DriverMySQL:
-			fs = append(fs, mysqlSinkFindings(ctx, p, sc, checked[p.Name], g)...)
+		if err := slotErrs[target]; err != nil {
+			add("prepared-transaction slots ("+target+")", "could not be read: "+err.Error(), xa.SeverityFail, "see participant "+target)
+			continue
 		}
+		if server, ok := byTarget[target]; ok {
+			if !seenServer[server] { // slots are the server's: counted once
+				seenServer[server] = true
+				fs = append(fs, slotFinding(target, server, max[server], inUse[server], needs[server], sc))
+			}
+			continue
+		}
+		p, _ := c.Participant(target)
+		fs = append(fs, unlimitedSinkFindings(ctx, p, sc, checked[p.Name], g)...)
 	}
 	return fs
 }
 
-// pgSlotFinding compares max_prepared_transactions with what the sinks and
-// the transaction manager may hold prepared at once on the server.
-func pgSlotFinding(ctx context.Context, raw func(string) (*rawDB, error), target, server string, n *slotNeeds, sc config.Sink) xa.Finding {
+// slotFinding compares a server's prepared-transaction limit with what
+// the sinks and the transaction manager may hold prepared at once on it.
+func slotFinding(target, server string, max, inUse int, n *slotNeeds, sc config.Sink) xa.Finding {
 	f := xa.Finding{Name: "prepared-transaction slots (" + target + ")"}
-	d, err := raw(target)
-	var max, inUse int
-	if err == nil {
-		max, inUse, err = d.pgSlots(ctx)
-	}
-	if err != nil {
-		f.Value, f.Severity, f.Fix = "could not be read: "+err.Error(), xa.SeverityFail, "see participant "+target
-		return f
-	}
 	mine, sinks := n.sinks[sc.Name], n.sinkTotal()
 	need := sinks + n.tm
 	f.Value = fmt.Sprintf("max_prepared_transactions %d on %s, %d prepared now; sink %s needs %d (%s × (1 + %d pending))",
@@ -296,10 +192,11 @@ func pgSlotFinding(ctx context.Context, raw func(string) (*rawDB, error), target
 	return f
 }
 
-// mysqlSinkFindings reports what XA RECOVER holds on a MySQL target and
+// unlimitedSinkFindings reports, on a target whose kind sets no limit on
+// prepared branches (MySQL, MariaDB), what its recover listing holds and
 // whether the PROCESS privilege is there: the sink's restore commits and
 // rolls back branches of other sessions, which needs it.
-func mysqlSinkFindings(ctx context.Context, pc config.Participant, sc config.Sink, checks []xa.Finding, g *globals) []xa.Finding {
+func unlimitedSinkFindings(ctx context.Context, pc config.Participant, sc config.Sink, checks []xa.Finding, g *globals) []xa.Finding {
 	p, err := openParticipant(ctx, pc, g.logger())
 	if err != nil {
 		return []xa.Finding{{Name: "XA RECOVER (" + pc.Name + ")", Value: "could not connect: " + err.Error(), Severity: xa.SeverityFail, Fix: "see participant " + pc.Name}}
