@@ -21,9 +21,9 @@
 //
 // # The SQL sink
 //
-// Sink (Open, Config) runs instances (Run, External) whose Committer[Handle],
-// Owner and Restorer work
-// over targets opened through the driver registry: records become rows
+// Sink (Open, Config) runs instances (Run, External) whose
+// Committer[Handle], Owner and Restorer work over targets opened through
+// the driver registry: records become rows
 // (Config.Map, or JSONMapping of the tables' Column.From), written as
 // multi-row INSERT/UPSERT (MySQL) or COPY/batched UPSERT (PostgreSQL) in
 // one XA branch per target and checkpoint. The progress target holds

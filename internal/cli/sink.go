@@ -121,7 +121,6 @@ missing.`,
 	}
 }
 
-
 func newSinkRun(g *globals) *cobra.Command {
 	var metricsAddr string
 	var every time.Duration
