@@ -619,6 +619,13 @@ func (m *machine) onLookedUp(ev evLookedUp) []action {
 		// Nothing of ours can have committed it, and recovery did not
 		// roll it back: someone else ended it (by hand?).
 		b.fate, b.why = fateUnknown, errors.New("the branch vanished before our first commit reached it, and no abort is recorded")
+	case m.sole:
+		// An earlier attempt's reply was lost: it may have committed the
+		// branch, or (from another session, on MariaDB: fact 7) answered
+		// without committing it and left it hidden, to reappear after a
+		// restart with no record behind it. Only a record could tell
+		// (found by the model, docs/model.md).
+		b.fate, b.why = fateUnknown, errors.New("the only prepared branch is gone after a commit whose reply was lost, and no record backs it")
 	default:
 		b.fate = fateCommitted
 	}
