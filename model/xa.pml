@@ -32,7 +32,8 @@
  *               in the mask have happened; see the G_ constants
  *   MUT_...     a mutation, which must fail: see each #ifdef below and
  *               docs/model.md
- *   FIX_SOLE_XID  a candidate fix of a known counterexample (docs/model.md)
+ *   MUT_SOLE_LOST_TRUSTED  the machine before the model's second finding
+ *               (docs/model.md): a mutation now
  *   NOHIDDEN    keeps the machine's scratch variables in the state (for a
  *               breadth-first search, pan -DBFS)
  * spin -t replays a counterexample and prints its events, one per line:
@@ -677,20 +678,23 @@ inline onLookedUp(i, aborted) {
 	/* MUTATION: a sole commit reads "unknown XID" as committed without
 	 * an earlier attempt whose reply was lost. */
 	:: !aborted -> fate[i] = F_COMMITTED
-#elif defined(FIX_SOLE_XID)
-	/* A candidate fix (docs/model.md, findings): for a sole commit,
-	 * "unknown XID" from another session may be MariaDB's fact 7 (the
-	 * branch unlisted, not committed) even after a lost reply: with no
-	 * record behind it, the outcome is unknown. */
-	:: !aborted && sole -> fate[i] = F_UNKNOWN
-	:: !aborted && !sole -> fate[i] = F_COMMITTED;
+#elif defined(MUT_SOLE_LOST_TRUSTED)
+	/* MUTATION: the machine before the model's finding (docs/model.md):
+	 * a sole commit reads "unknown XID" as committed after an earlier
+	 * attempt whose reply was lost. A retry from another session may have
+	 * been MariaDB's fact 7 (answered, not committed, unlisted). */
+	:: !aborted && sole && !lostc[i] -> fate[i] = F_UNKNOWN
+	:: !aborted && !(sole && !lostc[i]) -> fate[i] = F_COMMITTED;
 		if
 		:: lostc[i] -> SEEN(G_LOST_COMMITTED)
 		:: else
 		fi
 #else
-	:: !aborted && sole && !lostc[i] -> fate[i] = F_UNKNOWN
-	:: !aborted && !(sole && !lostc[i]) -> fate[i] = F_COMMITTED;
+	/* For a sole commit "unknown XID" proves nothing (no record backs it;
+	 * from another session it may be MariaDB's fact 7): outcome unknown
+	 * (xa/machine.go onLookedUp). */
+	:: !aborted && sole -> fate[i] = F_UNKNOWN
+	:: !aborted && !sole -> fate[i] = F_COMMITTED;
 		if
 		:: lostc[i] -> SEEN(G_LOST_COMMITTED)
 		:: else
