@@ -337,3 +337,63 @@ type sharedRM struct {
 }
 
 func (s *sharedRM) ServerKey(context.Context) (string, error) { return s.key, nil }
+
+// ghostRM is a participant whose server holds prepared transactions it
+// does not list (MariaDB, fact 7): UnlistedPrepared reports n.
+type ghostRM struct {
+	*memrm.RM
+	n int
+}
+
+func (g ghostRM) UnlistedPrepared(context.Context) (int, error) { return g.n, nil }
+
+// The model's scanner counterexamples (docs/model.md): a record is not
+// forgotten while this scan listed one of its branches (mut-forget-listed:
+// here its commit from another session is refused, as MariaDB's is while
+// the branch is attached), nor while the participant holds prepared
+// transactions it does not list (mut-ignore-ghosts).
+func TestRecordKeptWhileABranchMayRemain(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name   string
+		faults memrm.Fault
+		ghosts int
+	}{
+		{"listed", memrm.Fail, 0},
+		{"ghosts", memrm.OK, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db := memrm.NewDB()
+			rm := memrm.New("maria", db, func(op memrm.Op, _ xa.XID) memrm.Fault {
+				if op == memrm.OpCommitRM {
+					return c.faults
+				}
+				return memrm.OK
+			})
+			log := oldLog(t, "n1", 2*time.Hour)
+			id, _ := xa.NewGlobalID("n1", time.Now().Add(-time.Hour))
+			x := preparedRef(t, rm, xa.BranchRef{ID: id, Log: log.Identity().ID})
+			log.SetClock(func() time.Time { return id.Begun })
+			if err := log.LogCommit(ctx, xa.CommitRecord{ID: id, Logged: id.Begun, Branches: []xa.BranchRecord{{RM: "maria", XID: x}}}); err != nil {
+				t.Fatal(err)
+			}
+			log.SetClock(time.Now)
+			sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{ghostRM{rm, c.ghosts}}, Log: log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for pass := 1; pass <= 2; pass++ {
+				rep, err := sc.Scan(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(rep.Forgotten) != 0 {
+					t.Fatalf("pass %d: forgot %v while a branch may remain (%s)", pass, rep.Forgotten, c.name)
+				}
+			}
+			if recs, _ := log.Commits(ctx); len(recs) != 1 {
+				t.Fatalf("%d records, want the one kept", len(recs))
+			}
+		})
+	}
+}
