@@ -6,6 +6,13 @@
 // participant, the others not told), "commit:1" right after the first
 // branch commit returned. The kill is SIGKILL: no deferred
 // function, no flush, no goodbye to the databases — as in a real crash.
+//
+// The exactly-once sink opens its participants itself, so its crash point
+// is on the wire: "pgcommit:3" right before the third COMMIT PREPARED
+// reaches PostgreSQL through a Proxy. For a sink writing to MariaDB and
+// PostgreSQL that is phase two of a decided checkpoint: its decision is
+// durable, its MariaDB branch committed (branches commit in the order of
+// their targets' names), its PostgreSQL branch still prepared.
 package crashpoint
 
 import (
@@ -21,7 +28,7 @@ import (
 )
 
 // Points where a Trigger can fire.
-var Points = []string{"prepare", "log", "last", "commit"}
+var Points = []string{"prepare", "log", "last", "commit", "pgcommit"}
 
 // Trigger fires once its point has been passed n times.
 type Trigger struct {
