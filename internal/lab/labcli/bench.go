@@ -123,5 +123,6 @@ creates tables named accounts in those databases (drop them first).`,
 	f.IntVar(&rounds, "rounds", 2, "rounds of all three modes (interleaved, to even out drift)")
 	f.StringVar(&dir, "dir", "/var/tmp", "where the decision logs live during the run (a real disk, not tmpfs)")
 	f.BoolVar(&skipLog, "skip-log", false, "skip the decision-log-only measurement")
+	cmd.AddCommand(newBenchSink(g))
 	return cmd
 }

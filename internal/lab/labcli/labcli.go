@@ -157,11 +157,16 @@ func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 2, 4, 
 // startServers starts throw-away MariaDB and PostgreSQL servers side by
 // side, each with an empty database called name.
 func startServers(ctx context.Context, name string) (my, pg *localdb.Server, err error) {
+	return startServersWith(ctx, name, nil, nil)
+}
+
+// startServersWith is startServers with server settings for each.
+func startServersWith(ctx context.Context, name string, mySettings, pgSettings map[string]string) (my, pg *localdb.Server, err error) {
 	var e1, e2 error
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); my, e1 = localdb.Start(ctx, localdb.MySQL, nil) }()
-	pg, e2 = localdb.Start(ctx, localdb.Postgres, nil)
+	go func() { defer wg.Done(); my, e1 = localdb.Start(ctx, localdb.MySQL, mySettings) }()
+	pg, e2 = localdb.Start(ctx, localdb.Postgres, pgSettings)
 	wg.Wait()
 	if err := errors.Join(e1, e2); err != nil {
 		return nil, nil, err
