@@ -37,13 +37,16 @@ type demoOpts struct {
 	workers         int
 	crashAfter      int
 	txTimeout       time.Duration
+	noSink          bool
+	sinkRecords     int
+	sinkCrashAt     int
 }
 
 func newDemo(g *globals) *cobra.Command {
 	var o demoOpts
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Show a cross-database atomic commit surviving a coordinator crash",
+		Short: "Show a cross-database atomic commit surviving a coordinator crash, and the exactly-once sink surviving its own",
 		Long: `The demo:
 
  1. starts throw-away MariaDB and PostgreSQL servers on loopback (or uses
@@ -64,6 +67,24 @@ func newDemo(g *globals) *cobra.Command {
     transfer reported committed is in both databases and none in only one,
     and that nothing is left prepared.
 
+Then the exactly-once sink (unless --no-sink):
+
+ 7. starts a Kafka cluster in this process (kfake), produces records into
+    a topic, and runs the sink in a process of its own (xalab
+    sink-worker), writing every record to a table in both databases, a
+    checkpoint (one global transaction) at a time;
+ 8. kills that process with SIGKILL right before a checkpoint's
+    PostgreSQL branch is committed (its decision is durable, its MariaDB
+    branch committed), and shows the sink's prepared branches, with what
+    restore will do with each, and its progress;
+ 9. starts the sink again: its restore commits the decided branch and
+    rolls back the undecided ones, and it reads on from the committed
+    positions until it has caught up with Kafka;
+10. checks with direct SQL that every record is in both databases exactly
+    once (the tables have no unique key that would hide a duplicate),
+    that the progress rows equal Kafka's end offsets, and that nothing is
+    left prepared.
+
 xactl runs in this process (the operator's tool, as it is shipped), with
 the configuration file the demo wrote.
 
@@ -80,6 +101,9 @@ Exit code 0 when every check passes.`,
 			if o.txTimeout <= 0 {
 				return usageErr("--tx-timeout must be positive")
 			}
+			if o.sinkCrashAt < 1 || o.sinkRecords < demoCheckpointRecords*(o.sinkCrashAt+2) {
+				return usageErr("--sink-crash-at >= 1, --sink-records >= %d x (--sink-crash-at + 2)", demoCheckpointRecords)
+			}
 			return runDemo(cmd.Context(), g, o)
 		},
 	}
@@ -90,6 +114,9 @@ Exit code 0 when every check passes.`,
 	f.IntVar(&o.workers, "workers", 8, "concurrent transfers")
 	f.IntVar(&o.crashAfter, "crash-after", 150, "kill the coordinator right after this many commit decisions are durable")
 	f.DurationVar(&o.txTimeout, "tx-timeout", 3*time.Second, "global transaction timeout of the coordinator")
+	f.BoolVar(&o.noSink, "no-sink", false, "show the transfers only, not the exactly-once sink")
+	f.IntVar(&o.sinkRecords, "sink-records", 20000, "records streamed through the sink")
+	f.IntVar(&o.sinkCrashAt, "sink-crash-at", 4, "kill the sink right before this checkpoint's PostgreSQL branch is committed")
 	return cmd
 }
 
@@ -142,7 +169,10 @@ func (s *stepper) show(r run) {
 			if !strings.HasSuffix(l, "\n") {
 				l += "\n"
 			}
-			io.WriteString(s.w, "      "+l) //nolint:errcheck
+			if l != "\n" {
+				l = "      " + l
+			}
+			io.WriteString(s.w, l) //nolint:errcheck
 		}
 	}
 }
@@ -257,7 +287,12 @@ type dumpJSON struct {
 
 func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 	s := &stepper{w: g.stdout, of: 6, tty: isTerminal(g.stdout)}
-	fmt.Fprintln(g.stdout, "xa demo: atomic transfers between MariaDB and PostgreSQL, a coordinator killed mid-commit, and recovery")
+	if !o.noSink {
+		s.of += sinkSteps
+		fmt.Fprintln(g.stdout, "xa demo: atomic transfers between MariaDB and PostgreSQL, a coordinator killed mid-commit, and recovery;\nthen a Kafka stream into both through the exactly-once sink, the sink killed mid-commit, and its restore")
+	} else {
+		fmt.Fprintln(g.stdout, "xa demo: atomic transfers between MariaDB and PostgreSQL, a coordinator killed mid-commit, and recovery")
+	}
 
 	work, err := os.MkdirTemp("", "xa-demo-")
 	if err != nil {
@@ -394,12 +429,6 @@ func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 	if err != nil {
 		return err
 	}
-	mark := func(ok bool) string {
-		if ok {
-			return "ok"
-		}
-		return "FAILED"
-	}
 	s.say("total balance: %d + %d = %d, before %d: %s", st.MySQLTotal, st.PGTotal, st.Total(), want, mark(st.Total() == want))
 	both, one := 0, 0
 	for id := range st.MySQLLedger {
@@ -428,7 +457,16 @@ func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 	if err := st.Check(o.accounts, committed); err != nil {
 		return &exitError{code: ExitError, err: err}
 	}
-	fmt.Fprintln(g.stdout, "\nAll invariants hold: the crash lost nothing and committed nothing by halves.")
+	if o.noSink {
+		fmt.Fprintln(g.stdout, "\nAll invariants hold: the crash lost nothing and committed nothing by halves.")
+		return nil
+	}
+	s.ok("the transfers' invariants hold: the coordinator's crash lost nothing and committed nothing by halves")
+	if err := runSinkDemo(ctx, s, o, x, cfgPath); err != nil {
+		return err
+	}
+	fmt.Fprintln(g.stdout, "\nAll invariants hold: the coordinator's crash lost nothing and committed nothing by halves, and through the\n"+
+		"sink's crash every record landed in both databases exactly once.")
 	return nil
 }
 

@@ -13,9 +13,10 @@ import (
 )
 
 // TestMain makes the test binary xalab when it is started as the demo's
-// coordinator process (the demo runs its own executable's bank-worker).
+// coordinator or sink process (the demo runs its own executable's
+// bank-worker and sink-worker).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "bank-worker" {
+	if len(os.Args) > 1 && (os.Args[1] == "bank-worker" || os.Args[1] == "sink-worker") {
 		os.Exit(labcli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	dbtest.Main(m)
@@ -55,9 +56,14 @@ func TestUsage(t *testing.T) {
 	t.Parallel()
 	r := xalab(t, "--help")
 	r.want(t, 0, "demo", "bench")
-	if strings.Contains(r.stdout, "bank-worker") {
-		t.Errorf("the worker is hidden: %s", r)
+	if strings.Contains(r.stdout, "bank-worker") || strings.Contains(r.stdout, "sink-worker") {
+		t.Errorf("the workers are hidden: %s", r)
 	}
+	xalab(t, "bench", "--help").want(t, 0, "sink")
+	xalab(t, "bench", "sink", "--targets", "oracle").want(t, 2)
+	xalab(t, "bench", "sink", "--partitions", "0").want(t, 2)
+	xalab(t, "sink-worker").want(t, 2) // required flags
+	xalab(t, "demo", "--sink-crash-at", "0").want(t, 2)
 	xalab(t, "demo", "--mysql-dsn", "x").want(t, 2)
 	xalab(t, "demo", "--crash-after", "0").want(t, 2)
 	xalab(t, "demo", "--no-such-flag").want(t, 2)
@@ -72,7 +78,7 @@ func TestDemo(t *testing.T) {
 	t.Parallel()
 	my, pg := dbtest.MySQLDB(t), dbtest.PostgresDB(t)
 	r := xalab(t, "demo", "--mysql-dsn", my.DSN(), "--postgres-dsn", pg.DSN(),
-		"--accounts", "6", "--workers", "4", "--crash-after", "20", "--tx-timeout", "1s")
+		"--accounts", "6", "--workers", "4", "--crash-after", "20", "--tx-timeout", "1s", "--sink-records", "10000")
 	r.want(t, 0,
 		"$ xactl log init --timeout 1s",
 		"created the decision log in",
@@ -84,6 +90,18 @@ func TestDemo(t *testing.T) {
 		"every in-doubt branch resolved, every decision record forgotten",
 		"in only one: 0: ok",
 		"missing: 0: ok",
+		"the transfers' invariants hold",
+		"streaming records from Kafka into both databases with the exactly-once sink",
+		"$ xactl sink setup demo",
+		"the sink died of SIGKILL after 3 checkpoints committed",
+		"checkpoint #4 is in MariaDB only, so far",
+		"$ xactl sink status demo",
+		"decided commit  commit: its checkpoint is decided",
+		"restore: demo/1/4@postgres: commit (its checkpoint is decided)",
+		"every partition's progress reached Kafka's end offset",
+		"MariaDB events: 10000 rows, 10000 distinct records (ids 0 to 9999), amounts summing to 505000: ok",
+		"PostgreSQL events: 10000 rows, 10000 distinct records (ids 0 to 9999), amounts summing to 505000: ok",
+		"prepared transactions left: 0 in MariaDB, 0 in PostgreSQL: ok",
 		"All invariants hold",
 	)
 	if strings.Contains(r.stdout, "FAILED") {
@@ -99,4 +117,13 @@ func TestBench(t *testing.T) {
 	r := xalab(t, "bench", "--mysql-dsn", my.DSN(), "--postgres-dsn", pg.DSN(),
 		"--workers", "2", "--duration", "100ms", "--rounds", "1", "--dir", t.TempDir())
 	r.want(t, 0, "MODE", "tm-last", "ratio to raw", "decision log alone", "filelog", "pebble")
+}
+
+// TestBenchSink runs the sink benchmark briefly, so that it does not rot.
+func TestBenchSink(t *testing.T) {
+	t.Parallel()
+	my, pg := dbtest.MySQLDB(t), dbtest.PostgresDB(t)
+	r := xalab(t, "bench", "sink", "--mysql-dsn", my.DSN(), "--postgres-dsn", pg.DSN(),
+		"--records", "4000", "--rounds", "2", "--partitions", "2", "--batch", "500", "--ceiling-batch", "2000", "--interval", "200ms")
+	r.want(t, 0, "TARGET", "ceiling", "SINK/BATCH", "what 1000 records cost", "CPU MARIADB")
 }
