@@ -1,8 +1,9 @@
 // Package labcli is xalab, the lab's command-line tool: the demo (a
 // cross-database commit surviving a coordinator killed with SIGKILL, and
-// its recovery with xactl), the benchmark, and the demo's coordinator
-// process (the hidden bank-worker command, which kills itself at its crash
-// point). cmd/xalab only calls Main.
+// its recovery with xactl; then the exactly-once sink surviving its own
+// SIGKILL), the benchmarks, and the demo's processes (the hidden
+// bank-worker and sink-worker commands, which kill themselves at their
+// crash points). cmd/xalab only calls Main.
 //
 // None of this is in xactl, the operator's tool: the lab may import the
 // product (xa, the drivers, recovery, and xactl itself through
@@ -94,9 +95,12 @@ PostgreSQL servers (or on databases you name):
 
   demo   concurrent cross-database transfers, the coordinator killed with
          SIGKILL right after a commit decision, recovery with xactl, and the
-         invariants checked with direct SQL
+         invariants checked with direct SQL; then a Kafka stream into both
+         databases through the exactly-once sink, the sink killed mid-commit
+         and restarted, every record checked to be there exactly once
   bench  what atomicity costs: local commits vs hand-written 2PC vs the
-         transaction manager, and the decision log alone (embedded vs Pebble)
+         transaction manager, and the decision log alone (embedded vs Pebble);
+         bench sink: the exactly-once sink vs batched at-least-once writes
 
 It is not the operator's tool: that is xactl, which carries none of this
 (no crash injection, no Pebble, no workload).
