@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -36,8 +37,9 @@ func openSource(sc config.Sink, logger *slog.Logger) (sink.Source, error) {
 		}
 		return kafkasource.New(kafkasource.Config{
 			Brokers: src.Brokers, Group: src.Group, Topics: src.Topics, Start: start,
-			ClientID: "xactl-sink-" + sc.Name,
-			Logf:     func(format string, args ...any) { logger.Debug(fmt.Sprintf(format, args...)) },
+			SessionTimeout: time.Duration(src.SessionTimeout),
+			ClientID:       "xactl-sink-" + sc.Name,
+			Logf:           func(format string, args ...any) { logger.Debug(fmt.Sprintf(format, args...)) },
 		})
 	case config.SourceGenerator:
 		return gensource.New(genConfig(src)), nil

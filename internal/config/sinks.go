@@ -70,6 +70,10 @@ type SinkSource struct {
 	Group   string   `yaml:"group"`
 	Topics  []string `yaml:"topics"`
 	Start   string   `yaml:"start"`
+	// SessionTimeout: how long the group waits for a member that went
+	// silent (a killed or paused instance) before it gives its partitions
+	// to the others; default the Kafka client's (45 s).
+	SessionTimeout Duration `yaml:"session_timeout"`
 
 	// Generator (tests and demos): Records records with unique ids over
 	// Partitions partitions, deterministic and replayable; each value is
@@ -220,6 +224,7 @@ func (src SinkSource) validate(where string) []error {
 		{SourceKafka, "group", src.Group != ""},
 		{SourceKafka, "topics", len(src.Topics) > 0},
 		{SourceKafka, "start", src.Start != ""},
+		{SourceKafka, "session_timeout", src.SessionTimeout != 0},
 		{SourceGenerator, "records", src.Records != 0},
 		{SourceGenerator, "partitions", src.Partitions != 0},
 		{SourceGenerator, "payload", src.Payload != 0},
@@ -234,6 +239,9 @@ func (src SinkSource) validate(where string) []error {
 			if b == "" || strings.ContainsAny(b, " /") {
 				bad("brokers: %q is not host:port", b)
 			}
+		}
+		if src.SessionTimeout < 0 {
+			bad("session_timeout: must not be negative")
 		}
 		if src.Group == "" {
 			bad("group is empty (the consumer group every instance of the sink joins)")
