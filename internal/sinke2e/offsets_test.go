@@ -2,7 +2,6 @@ package sinke2e
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,16 +18,13 @@ import (
 // caught up and nothing more is produced, the group's offsets must equal
 // the progress table.
 //
-// Known bug (XA_SINKE2E_KNOWN_BUGS=1 runs it): the Runner acknowledges a
-// checkpoint finished inside Revoked from within the handler, and
-// kafkasource refuses Committed during Poll ("kafkasource: called during
-// Poll"); the Runner logs it and drops the positions, so the group keeps
-// no offset (or a stale one) for every partition of that checkpoint until
-// a later checkpoint covers it again — for ever if no record comes.
+// It found a bug, fixed since: the Runner acknowledges a checkpoint
+// finished inside Revoked from within the handler, and kafkasource refused
+// Committed during Poll ("kafkasource: called during Poll"); the Runner
+// logged it and dropped the positions, so the group kept no offset (or a
+// stale one) for every partition of that checkpoint until a later
+// checkpoint covered it again — for ever if no record came.
 func TestGroupOffsetsAfterRebalance(t *testing.T) {
-	if os.Getenv("XA_SINKE2E_KNOWN_BUGS") == "" {
-		t.Skip("known bug: acknowledgements made inside Revoked are dropped; XA_SINKE2E_KNOWN_BUGS=1 runs this test")
-	}
 	r := newRig(t, rigOpts{progress: tgMy})
 	ctx := ctxFor(t, 5*time.Minute)
 	if _, err := r.produce(ctx, 4000); err != nil {

@@ -216,7 +216,10 @@ type Source struct {
 	started bool
 	closed  bool
 	polling bool
-	owned   map[string]*part
+	// handling: a handler call is in progress (within Poll); the
+	// handler may call Committed.
+	handling bool
+	owned    map[string]*part
 	// pending is an error for the next Poll to return.
 	pending error
 	stats   Stats
@@ -604,7 +607,7 @@ func (s *Source) usable() error {
 		return ErrClosed
 	case !s.started:
 		return errors.New("kafkasource: not started")
-	case s.polling:
+	case s.polling && !s.handling:
 		return errors.New("kafkasource: called during Poll")
 	}
 	return nil
@@ -675,7 +678,9 @@ func (s *Source) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 func (s *Source) take(ctx context.Context, cl *kgo.Client, added, kept []string) error {
 	names := append(slices.Clone(added), kept...)
 	sort.Strings(names)
+	s.setHandling(true)
 	positions, err := s.h.Assigned(ctx, names)
+	s.setHandling(false)
 	starts := make(map[string]int64, len(names))
 	if err == nil {
 		for _, name := range names {
@@ -851,13 +856,27 @@ func (s *Source) takeAway(ctx context.Context, cl *kgo.Client, m map[string][]in
 		s.let(gone, "lost", s.tellLost(ctx, gone))
 	}
 	if len(revoked) > 0 {
-		s.let(revoked, "revoked", s.h.Revoked(ctx, revoked))
+		s.setHandling(true)
+		err := s.h.Revoked(ctx, revoked)
+		s.setHandling(false)
+		s.let(revoked, "revoked", err)
 	}
+}
+
+// setHandling marks a handler call in progress (inside Poll): the handler
+// may call Committed then, to acknowledge what it finished before letting
+// partitions go.
+func (s *Source) setHandling(on bool) {
+	s.mu.Lock()
+	s.handling = on
+	s.mu.Unlock()
 }
 
 // tellLost tells the handler partitions are lost: Lost if it has it, else
 // Revoked.
 func (s *Source) tellLost(ctx context.Context, names []string) error {
+	s.setHandling(true)
+	defer s.setHandling(false)
 	if lh, ok := s.h.(LostHandler); ok {
 		return lh.Lost(ctx, names)
 	}
