@@ -230,7 +230,7 @@ func (f *fake) exactlyOnce(t *testing.T, k, n int) {
 }
 
 func fastOpts() RunOptions {
-	return RunOptions{CheckpointRecords: 10, CheckpointInterval: time.Hour, MaxPending: 2, SweepInterval: -1}
+	return RunOptions{CheckpointRecords: 10, CheckpointInterval: time.Hour, MaxPending: 2, SweepInterval: -1, AbortBackoff: time.Millisecond}
 }
 
 // TestRunnerOrder: checkpoints commit in order, the next one is written
@@ -319,6 +319,25 @@ func TestRunnerMaxAborts(t *testing.T) {
 	err := NewRunner[uint64](a, f, opts).Run(context.Background(), &memSource{k: 1, n: 50, batch: 5})
 	if !errors.Is(err, ErrAborted) || a.n != 3 {
 		t.Fatalf("Run: %v after %d aborts, want ErrAborted after 3", err, a.n)
+	}
+}
+
+// TestRunnerAbortBackoff: aborts in a row pause, doubling, so that a short
+// outage is ridden out instead of used up in quick failures.
+func TestRunnerAbortBackoff(t *testing.T) {
+	f := newFake()
+	a := &alwaysAbort{fake: f}
+	opts := fastOpts()
+	opts.MaxAborts = 4
+	opts.AbortBackoff = 30 * time.Millisecond
+	start := time.Now()
+	err := NewRunner[uint64](a, f, opts).Run(context.Background(), &memSource{k: 1, n: 50, batch: 5})
+	took := time.Since(start)
+	if !errors.Is(err, ErrAborted) || a.n != 4 {
+		t.Fatalf("Run: %v after %d aborts, want ErrAborted after 4", err, a.n)
+	}
+	if want := (30 + 60 + 120) * time.Millisecond; took < want {
+		t.Fatalf("4 aborts in a row took %v, want at least %v of pauses", took, want)
 	}
 }
 

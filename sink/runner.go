@@ -28,6 +28,11 @@ type RunOptions struct {
 	// aborted (default 5). Each abort reads the records again from the
 	// last committed positions.
 	MaxAborts int
+	// AbortBackoff is the pause after the first abort in a row; it
+	// doubles with each further one, up to 10 s (default 250 ms), so that
+	// a short outage of a database is ridden out rather than used up in
+	// MaxAborts quick failures.
+	AbortBackoff time.Duration
 	// SweepInterval: how often restore's orphan sweep runs while the
 	// instance runs (default 10 s; negative: only when partitions are
 	// taken and at the end).
@@ -54,6 +59,9 @@ func (o RunOptions) withDefaults() RunOptions {
 	}
 	if o.MaxAborts <= 0 {
 		o.MaxAborts = 5
+	}
+	if o.AbortBackoff <= 0 {
+		o.AbortBackoff = 250 * time.Millisecond
 	}
 	if o.SweepInterval == 0 {
 		o.SweepInterval = 10 * time.Second
@@ -240,14 +248,16 @@ func (x *run[H]) commitLoop(ctx context.Context) {
 	for s := range x.queue {
 		start := time.Now()
 		var err error
+		reason := errEarlierAborted
 		if s.era < x.abortBelow.Load() {
 			// Lost: abort without trying.
 			failedEra, failed = s.era, true
+			reason = errLost
 		}
 		if failed && s.era == failedEra {
-			err = &AbortError{Checkpoint: s.id, Reason: errEarlierAborted}
+			err = &AbortError{Checkpoint: s.id, Reason: reason}
 			if aerr := x.r.c.Abort(ctx, s.h); aerr != nil {
-				err = &AbortError{Checkpoint: s.id, Reason: errors.Join(errEarlierAborted, aerr)}
+				err = &AbortError{Checkpoint: s.id, Reason: errors.Join(reason, aerr)}
 			}
 		} else if err = x.r.c.Commit(ctx, s.h); err != nil {
 			failedEra, failed = s.era, true
@@ -427,6 +437,17 @@ func (x *run[H]) recover(ctx context.Context, cause error) error {
 	}
 	if x.aborts >= x.r.opts.MaxAborts {
 		return fmt.Errorf("sink: %d checkpoints aborted in a row; the last: %w", x.aborts, cause)
+	}
+	if x.aborts > 0 && !errors.Is(cause, errLost) {
+		pause := x.r.opts.AbortBackoff << min(x.aborts-1, 16)
+		if pause > 10*time.Second || pause <= 0 {
+			pause = 10 * time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
 	}
 	parts := slices.Sorted(maps.Keys(x.owned))
 	positions, lost, err := x.r.o.Rewind(ctx, parts)

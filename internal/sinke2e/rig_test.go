@@ -15,8 +15,7 @@
 // Knobs: XA_SINK_KILLS=n, the kills of TestKillSinkProcesses (default
 // 20; 1000 for a long run); XA_SINK_CHECK_SECONDS, how long
 // TestTwoDatabasesOneCheckpoint runs (12); XA_SINK_RESCALE_SECONDS, each
-// stage of TestRescale (4); XA_SINKE2E_KNOWN_BUGS=1 runs the tests of
-// known bugs, which fail; XA_SINKE2E_DEBUG=1 logs the end of every
+// stage of TestRescale (4); XA_SINKE2E_DEBUG=1 logs the end of every
 // worker's output, XA_SINKE2E_LOGS=dir writes all of it to files in dir.
 package sinke2e
 
