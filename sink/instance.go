@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	xamysql "github.com/xadb/xa/drivers/mysql"
 	"github.com/xadb/xa/xa"
 )
 
@@ -60,6 +61,17 @@ type liveBranch struct {
 
 	mu sync.Mutex
 	b  xa.Branch // nil once it released its session
+	// stmts caches statements of one shape prepared on the branch's
+	// session (MySQL), by table and row count; seen counts the shapes sent
+	// as text so far. The driver closes the statements with the branch.
+	stmts map[stmtShape]*xamysql.Stmt
+	seen  map[stmtShape]int
+}
+
+// stmtShape is a multi-row INSERT of one table and one row count.
+type stmtShape struct {
+	table string
+	rows  int
 }
 
 // branch returns the branch, nil once it released its session.
@@ -297,7 +309,7 @@ func (in *instance) flush(ctx context.Context, t *txn, tb *table, buf *buffer) e
 	if b == nil {
 		return fmt.Errorf("sink: the branch on %s has ended", tb.Target)
 	}
-	if err := tb.flush(ctx, b.Session(), buf.rows); err != nil {
+	if err := tb.flush(ctx, lb, b.Session(), buf.rows); err != nil {
 		return err
 	}
 	buf.reset()

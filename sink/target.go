@@ -267,10 +267,10 @@ func rowSize(vals []any) int {
 // flush writes rows to t on the branch session sess (a *mysql.Conn or a
 // *postgres.Conn). A failed statement is not retried: the caller aborts
 // the checkpoint.
-func (t *table) flush(ctx context.Context, sess any, rows [][]any) error {
+func (t *table) flush(ctx context.Context, lb *liveBranch, sess any, rows [][]any) error {
 	switch s := sess.(type) {
 	case *xamysql.Conn:
-		return t.flushMySQL(ctx, s, rows)
+		return t.flushMySQL(ctx, lb, s, rows)
 	case *xapg.Conn:
 		return t.flushPostgres(ctx, s, rows)
 	}
@@ -278,8 +278,10 @@ func (t *table) flush(ctx context.Context, sess any, rows [][]any) error {
 }
 
 // flushMySQL sends multi-row INSERTs, each below BatchBytes and the
-// placeholder limit.
-func (t *table) flushMySQL(ctx context.Context, c *xamysql.Conn, rows [][]any) error {
+// placeholder limit. A statement of a shape (row count) sent a second time
+// in the branch is prepared on the server and reused, so the server parses
+// batches of one size once (flushes of full batches all have the same).
+func (t *table) flushMySQL(ctx context.Context, lb *liveBranch, c *xamysql.Conn, rows [][]any) error {
 	cols := len(t.Columns)
 	maxRows := max(1, maxPlaceholders/cols)
 	for len(rows) > 0 {
@@ -304,7 +306,15 @@ func (t *table) flushMySQL(ctx context.Context, c *xamysql.Conn, rows [][]any) e
 			args = append(args, rows[i]...)
 		}
 		sb.WriteString(t.mySuffix)
-		if _, err := c.ExecContext(ctx, sb.String(), args...); err != nil {
+		st, err := lb.statement(ctx, c, stmtShape{t.ID, n}, sb.String())
+		if err == nil {
+			if st != nil {
+				_, err = st.ExecContext(ctx, args...)
+			} else {
+				_, err = c.ExecContext(ctx, sb.String(), args...)
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("sink: writing %d rows to %s on %s: %w", n, t.Name, t.Target, err)
 		}
 		rows = rows[n:]
@@ -370,4 +380,26 @@ func (t *table) columnNames() []string {
 		names[i] = c.Name
 	}
 	return names
+}
+
+// statement returns the branch's prepared statement of a shape, preparing
+// it when the shape comes a second time; nil: send this one as text.
+func (lb *liveBranch) statement(ctx context.Context, c *xamysql.Conn, shape stmtShape, query string) (*xamysql.Stmt, error) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if st := lb.stmts[shape]; st != nil {
+		return st, nil
+	}
+	if lb.seen == nil {
+		lb.seen, lb.stmts = map[stmtShape]int{}, map[stmtShape]*xamysql.Stmt{}
+	}
+	if lb.seen[shape]++; lb.seen[shape] < 2 {
+		return nil, nil
+	}
+	st, err := c.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	lb.stmts[shape] = st
+	return st, nil
 }

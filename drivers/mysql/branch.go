@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -66,6 +67,7 @@ type branch struct {
 	tainted bool   // a statement may have changed autocommit: discard the session at the end
 	pending *guard // left armed by a query whose rows may still be read
 	origin  xa.Origin
+	stmts   []*sql.Stmt // prepared on the session (Conn.PrepareContext), closed at the end
 }
 
 var (
@@ -136,6 +138,10 @@ func (b *branch) originNow(read time.Time) xa.Origin {
 // end releases the session: to the pool when clean, else closed.
 func (b *branch) end(clean bool) {
 	b.disarm()
+	for _, st := range b.stmts {
+		st.Close() //nolint:errcheck // a session that is discarded drops them anyway
+	}
+	b.stmts = nil
 	if b.s != nil {
 		b.s.release(clean && !b.tainted)
 		b.s = nil

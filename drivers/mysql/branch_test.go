@@ -484,3 +484,85 @@ func TestQueryRowErrors(t *testing.T) {
 	}
 	b.Rollback(ctx)
 }
+
+// A statement prepared on the branch's session runs inside the branch (its
+// rows commit and roll back with it), is parsed once by the server however
+// often it runs, and is closed when the branch ends: the session goes back
+// to the pool with no prepared statement left on the server. (The counts
+// are the session's own status, read through the next branch, which gets
+// the same session from a pool of one.)
+func TestPreparedStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, raw := setup(t)
+	rm := openRM(t, db.DSN(), func(c *Config) { c.MaxConns = 1 })
+	status := func(c *Conn, name string) int {
+		var n string
+		var v int
+		if err := c.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE '"+name+"'").Scan(&n, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	closed := -1
+	for _, commit := range []bool{true, false} {
+		x := newXID(t)
+		b, err := rm.Start(ctx, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := conn(b)
+		if closed >= 0 {
+			if n := status(c, "Com_stmt_close"); n != closed+1 {
+				t.Fatalf("statements closed on the session: %d, want %d: the last branch left its statement open", n, closed+1)
+			}
+		}
+		closed = status(c, "Com_stmt_close")
+		prep0, exec0 := status(c, "Com_stmt_prepare"), status(c, "Com_stmt_execute")
+		st, err := c.PrepareContext(ctx, "INSERT INTO kv VALUES (?, ?), (?, ?)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := 100
+		if !commit {
+			base = 200
+		}
+		for i := 0; i < 3; i++ {
+			k := base + 2*i
+			if _, err := st.ExecContext(ctx, k, k, k+1, k+1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if p, e := status(c, "Com_stmt_prepare")-prep0, status(c, "Com_stmt_execute")-exec0; p != 1 || e != 3 {
+			t.Fatalf("the server prepared %d and executed %d statements, want 1 and 3", p, e)
+		}
+		if _, ok := getV(t, raw, base); ok {
+			t.Fatal("a prepared statement's row is visible outside the branch before the commit")
+		}
+		if v, err := b.Prepare(ctx); err != nil || v != xa.VotePrepared {
+			t.Fatalf("Prepare: %v, %v", v, err)
+		}
+		if commit {
+			err = b.Commit(ctx)
+		} else {
+			err = b.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := getV(t, raw, base+5); ok != commit {
+			t.Fatalf("commit=%v: row present %v", commit, ok)
+		}
+		if _, err := st.ExecContext(ctx, 1, 1, 2, 2); !errors.Is(err, xa.ErrBranchDone) {
+			t.Fatalf("statement after the branch ended: %v, want ErrBranchDone", err)
+		}
+	}
+	b, err := rm.Start(ctx, newXID(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Rollback(ctx) //nolint:errcheck
+	if n := status(conn(b), "Com_stmt_close"); n != closed+1 {
+		t.Fatalf("statements closed on the session: %d, want %d: the last branch left its statement open", n, closed+1)
+	}
+}
