@@ -99,7 +99,7 @@ func NewRunner[H any](c Committer[H], o Owner, opts RunOptions) *Runner[H] {
 
 // errLost is the reason of the aborts that follow lost partitions; they
 // do not count towards MaxAborts.
-var errLost = errors.New("sink: partitions lost")
+var errLost = errors.New("sink: its partitions were lost")
 
 // errEarlierAborted is the reason of an abort of a checkpoint that was
 // prepared after one that did not commit.
