@@ -228,6 +228,20 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 			return res, err
 		}
 		res.Fenced = true
+		// The listing is older than the fence: the coordinator may have
+		// finished the transaction in between (committed every branch
+		// and forgotten its record before the abort was recorded). Then
+		// the abort record is inert and there is nothing to roll back;
+		// saying "rolled back" would be false.
+		listed, err := stillListed(ctx, h.rm, x)
+		switch {
+		case err != nil:
+			return res, fmt.Errorf("recovery: the abort of %s is recorded, but listing %s again failed (nothing rolled back yet; run it again): %w",
+				x, res.Participant, err)
+		case !listed:
+			return res, fmt.Errorf("%w: %s finished before the abort was recorded (its coordinator committed or rolled it back): nothing rolled back",
+				ErrNotPrepared, x)
+		}
 	}
 
 	var err error

@@ -592,8 +592,9 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 // markers in decision stores past retention.
 func (s *Scanner) forgetAborts(ctx context.Context, rep *Report, st *scanState, aborts []xa.AbortRecord, all bool, listed map[string]bool) {
 	now := s.cfg.Now()
+	timeout := s.cfg.Log.Identity().Timeout
 	for _, a := range aborts {
-		if !all || listed[a.ID.String()] || now.Sub(a.Logged) < xa.AbortRetention {
+		if !all || listed[a.ID.String()] || now.Before(a.KeptUntil(timeout)) {
 			continue
 		}
 		if err := s.cfg.Log.ForgetAbort(ctx, a.ID); err != nil {
@@ -603,7 +604,7 @@ func (s *Scanner) forgetAborts(ctx context.Context, rep *Report, st *scanState, 
 		rep.ForgottenAborts = append(rep.ForgottenAborts, a.ID)
 	}
 	for name, ds := range st.stores {
-		if n, err := ds.ForgetAborts(ctx, xa.AbortRetention); err != nil {
+		if n, err := ds.ForgetAborts(ctx, xa.MarkerRetention(timeout)); err != nil {
 			rep.Errors = append(rep.Errors, fmt.Errorf("recovery: pruning abort markers in %s: %w", name, err))
 		} else if n > 0 {
 			s.log.Info("pruned abort markers past their retention", "rm", name, "count", n)

@@ -80,10 +80,10 @@ type RecoveryLog interface {
 	// Aborts returns every abort record not yet forgotten, oldest first.
 	Aborts(ctx context.Context) ([]AbortRecord, error)
 	// ForgetAbort drops the abort record of id. Recovery calls it once no
-	// branch of id is left and the record is older than AbortRetention. The
-	// log judges the age by its own clock (which stamped the record) and
-	// refuses, keeping the record, while it is younger: a recovery process
-	// whose clock runs ahead cannot shorten the fence's life.
+	// branch of id is left and the record's KeptUntil(Identity().Timeout)
+	// has passed. The log judges that by its own clock (which stamped the
+	// record) and refuses, keeping the record, until then: a recovery
+	// process whose clock runs ahead cannot shorten the fence's life.
 	ForgetAbort(ctx context.Context, id GlobalID) error
 
 	// Delegations returns the participants whose decision tables may hold
@@ -110,9 +110,10 @@ var (
 	ErrCommitRecorded = errors.New("xa: a commit decision is recorded for this transaction")
 )
 
-// AbortRetention is how long an abort record is kept after it was logged
-// (and all its branches are gone) before recovery forgets it. It covers a
-// coordinator that paused, or whose clock was wrong, for that long.
+// AbortRetention is how long an abort record is kept, at least, after it
+// was logged and after its transaction's commit deadline passed (see
+// AbortRecord.KeptUntil), before recovery forgets it. It covers a
+// coordinator that paused, or a clock that stepped, for that long.
 const AbortRetention = 24 * time.Hour
 
 // LogIdentity says which log a log is. It is written once, when the log is
@@ -232,6 +233,30 @@ type AbortRecord struct {
 	Logged time.Time
 	// Reason says who decided and why, for operators.
 	Reason string
+}
+
+// KeptUntil returns the earliest time, by the log's clock, at which r may
+// be forgotten, for a log whose identity has the given timeout: the later
+// of r.Logged and the transaction's commit deadline (r.ID.Begun +
+// timeout), plus AbortRetention. Until the deadline a log still accepts a
+// commit record for r.ID were r gone, so r, the fence, must outlive it:
+// measuring retention from Logged alone would let a log whose timeout
+// exceeds AbortRetention forget an abort and then accept the commit.
+func (r AbortRecord) KeptUntil(timeout time.Duration) time.Time {
+	from := r.Logged
+	if d := r.ID.Begun.Add(timeout); d.After(from) {
+		from = d
+	}
+	return from.Add(AbortRetention)
+}
+
+// MarkerRetention is how long recovery keeps an abort marker in a
+// participant's decision table (a last resource's fence), for a log whose
+// identity has the given timeout. The marker carries no begin time, so it
+// is kept AbortRetention past the longest a transaction it fences could
+// still commit after the marker was stored.
+func MarkerRetention(timeout time.Duration) time.Duration {
+	return timeout + AbortRetention
 }
 
 const abortVersion = 1

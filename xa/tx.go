@@ -173,15 +173,22 @@ func (tx *Tx) Commit(ctx context.Context) (Result, error) {
 }
 
 // Rollback rolls the transaction back. It returns nil if the transaction
-// is rolled back (now or before, by a timeout), ErrTxDone if it committed.
+// is rolled back (now or before, by a timeout or a Commit that aborted),
+// ErrTxDone if it committed. After a Commit whose outcome is not a clean
+// abort, it changes nothing and returns Commit's error again: one matching
+// ErrOutcomeUnknown (the decision or a one-phase commit may have taken
+// effect; recovery settles it) or ErrHeuristic (some branches committed).
 // Branches that cannot be reached are left to recovery, which presumes
 // abort.
 func (tx *Tx) Rollback(ctx context.Context) error {
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
 	if tx.finished {
-		if tx.res.Committed {
+		switch {
+		case tx.res.Committed:
 			return ErrTxDone
+		case errors.Is(tx.err, ErrOutcomeUnknown), errors.Is(tx.err, ErrHeuristic):
+			return tx.err
 		}
 		return nil
 	}

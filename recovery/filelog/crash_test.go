@@ -568,13 +568,14 @@ func TestCrashAtEveryStep(t *testing.T) {
 				t.Fatal(err)
 			}
 		case 50:
-			// A day later by the log's clock, abort 600 may go; then
-			// back, so that the commits that follow are in time.
-			clock.advance(xa.AbortRetention)
+			// A day after its commit deadline by the log's clock,
+			// abort 600 may go; then back, so that the commits that
+			// follow are in time.
+			clock.advance(xa.AbortRetention + testIdent.Timeout + time.Second)
 			if err := tr.forgetAbort(ctx, l, gid(600)); err != nil {
 				t.Fatal(err)
 			}
-			clock.advance(-xa.AbortRetention)
+			clock.advance(-xa.AbortRetention - testIdent.Timeout - time.Second)
 			if err := tr.abort(ctx, l, abortRec(700)); err != nil {
 				t.Fatal(err)
 			}

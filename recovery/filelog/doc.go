@@ -27,7 +27,9 @@
 //   - abort: a presumed-abort decision (xa.AbortRecord), written by
 //     recovery before it rolls back any branch; it fences the commit
 //     record of the same id. Kept until forgotten, which ForgetAbort allows
-//     only after xa.AbortRetention (24 h) by the log's clock.
+//     only xa.AbortRetention (24 h) after both its logging and its
+//     transaction's commit deadline, by the log's clock
+//     (xa.AbortRecord.KeptUntil).
 //   - forget-abort: drops the abort record of a global id.
 //   - delegation: a participant whose decision table may hold this log's
 //     decisions (last-resource commits). Never dead.

@@ -249,9 +249,16 @@ func TestAbortRetentionByTheLogsClock(t *testing.T) {
 	if a, _, _ := l.LookupAbort(ctx, gid(1)); !a.Logged.Equal(testStart) {
 		t.Fatalf("abort record logged at %v; want the log's clock, %v, not the caller's", a.Logged, testStart)
 	}
+	// gid(1) began at testStart: its commit deadline, testStart +
+	// Timeout, is later than the abort's logging, and retention runs
+	// from the deadline (the log would take its commit until then).
 	clock.advance(xa.AbortRetention - time.Nanosecond)
 	if err := l.ForgetAbort(ctx, gid(1)); !errors.Is(err, ErrRetained) {
-		t.Fatalf("ForgetAbort a nanosecond early: %v, want ErrRetained", err)
+		t.Fatalf("ForgetAbort %v after the logging: %v, want ErrRetained", xa.AbortRetention-time.Nanosecond, err)
+	}
+	clock.advance(testIdent.Timeout)
+	if err := l.ForgetAbort(ctx, gid(1)); !errors.Is(err, ErrRetained) {
+		t.Fatalf("ForgetAbort a nanosecond before deadline + retention: %v, want ErrRetained", err)
 	}
 	mustClose(t, l)
 	l = mustOpen(t, dir, opts)
@@ -261,7 +268,8 @@ func TestAbortRetentionByTheLogsClock(t *testing.T) {
 	if _, ok, _ := l.LookupAbort(ctx, gid(1)); !ok {
 		t.Fatal("the retained record is gone")
 	}
-	clock.advance(time.Nanosecond)
+	// gid(1) began a millisecond after testStart.
+	clock.advance(gid(1).Begun.Sub(testStart) + time.Nanosecond)
 	if err := l.ForgetAbort(ctx, gid(1)); err != nil {
 		t.Fatalf("ForgetAbort at the end of the retention: %v", err)
 	}

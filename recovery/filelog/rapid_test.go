@@ -239,7 +239,7 @@ func TestModel(t *testing.T) {
 				k := id.String()
 				a, ok := aborts[k]
 				switch {
-				case ok && clock.now().Sub(a.Logged) < xa.AbortRetention:
+				case ok && clock.now().Before(a.KeptUntil(testIdent.Timeout)):
 					if !errors.Is(err, ErrRetained) {
 						rt.Fatalf("ForgetAbort within the retention: %v", err)
 					}

@@ -231,9 +231,10 @@ func (l *Log) Forget(ctx context.Context, id xa.GlobalID) error {
 }
 
 // ForgetAbort drops the abort record of id, without waiting, like Forget,
-// but only once the record is at least xa.AbortRetention old by the log's
-// clock (Options.Now): a younger record (or one still being written) is
-// kept and the error wraps ErrRetained, whatever clock the caller trusts.
+// but only once the log's clock (Options.Now) has passed the record's
+// xa.AbortRecord.KeptUntil for the log's timeout: until then the record
+// (or one still being written) is kept and the error wraps ErrRetained,
+// whatever clock the caller trusts.
 // Forgetting an id without an abort record is a no-op. After a crash a
 // forgotten abort record may come back; recovery forgets it again.
 func (l *Log) ForgetAbort(ctx context.Context, id xa.GlobalID) error {
@@ -246,10 +247,11 @@ func (l *Log) ForgetAbort(ctx context.Context, id xa.GlobalID) error {
 			return nil
 		}
 		now := l.now()
-		if age := now.Sub(r.abort.Logged); age < xa.AbortRetention {
-			return fmt.Errorf("filelog: forget abort %v: %w: logged at %v, %v ago by the log's clock; it is kept until %v",
-				id, ErrRetained, r.abort.Logged.UTC().Format(time.RFC3339), age.Round(time.Second),
-				r.abort.Logged.Add(xa.AbortRetention).UTC().Format(time.RFC3339))
+		if until := r.abort.KeptUntil(l.ident.Timeout); now.Before(until) {
+			return fmt.Errorf("filelog: forget abort %v: %w: logged at %v (the transaction began at %v, timeout %v); "+
+				"the log's clock says %v; it is kept until %v",
+				id, ErrRetained, r.abort.Logged.UTC().Format(time.RFC3339), r.abort.ID.Begun.UTC().Format(time.RFC3339),
+				l.ident.Timeout, now.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
 		}
 		l.st.forgetAbort(k)
 		return nil

@@ -602,7 +602,9 @@ func describe(hs []xa.HeuristicRecord) string {
 }
 
 func testAbortRetention(e *env) {
-	old, young := e.gid(0), e.gid(0)
+	// Both began a timeout ago: their commit deadlines have passed, and
+	// retention runs from their logging.
+	old, young := e.gid(-Timeout), e.gid(-Timeout)
 	if err := e.log.LogAbort(e.ctx, xa.AbortRecord{ID: old}); err != nil {
 		e.t.Fatal(err)
 	}
@@ -648,5 +650,26 @@ func testAbortRetention(e *env) {
 	if e.reopen() {
 		// ForgetAbort need not be durable.
 		check("after reopen", true)
+	}
+
+	// A transaction whose commit deadline is later than its abort's
+	// logging (its clock ran ahead, or the log's timeout is long): the
+	// log would accept its commit record until the deadline, so the
+	// fence is kept for AbortRetention past the deadline, not past the
+	// logging.
+	late := e.gid(time.Hour)
+	if err := e.log.LogAbort(e.ctx, xa.AbortRecord{ID: late}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.clock.Advance(xa.AbortRetention + time.Hour + Timeout - time.Second)
+	if err := e.log.ForgetAbort(e.ctx, late); err == nil {
+		e.t.Fatalf("ForgetAbort of a record a second before its transaction's deadline + %v succeeded", xa.AbortRetention)
+	}
+	if _, ok, err := e.log.LookupAbort(e.ctx, late); !ok || err != nil {
+		e.t.Fatalf("the abort record refused to ForgetAbort is gone (%v, %v)", ok, err)
+	}
+	e.clock.Advance(2 * time.Second)
+	if err := e.log.ForgetAbort(e.ctx, late); err != nil {
+		e.t.Fatalf("ForgetAbort past the deadline + retention: %v", err)
 	}
 }

@@ -201,9 +201,9 @@ func (l *Log) Aborts(context.Context) ([]xa.AbortRecord, error) {
 	return out, nil
 }
 
-// ForgetAbort implements xa.RecoveryLog: only a record at least
-// xa.AbortRetention old by the log's clock is dropped; a younger one is
-// kept and the error wraps ErrRetained.
+// ForgetAbort implements xa.RecoveryLog: only a record whose KeptUntil
+// has passed by the log's clock is dropped; any other is kept and the
+// error wraps ErrRetained.
 func (l *Log) ForgetAbort(_ context.Context, id xa.GlobalID) error {
 	return l.write(func() error {
 		k := id.String()
@@ -211,8 +211,8 @@ func (l *Log) ForgetAbort(_ context.Context, id xa.GlobalID) error {
 		if !ok {
 			return nil
 		}
-		if age := l.now().Sub(a.Logged); age < xa.AbortRetention {
-			return fmt.Errorf("memrm: forget abort %v, logged %v ago: %w", id, age, ErrRetained)
+		if until := a.KeptUntil(l.ident.Timeout); l.now().Before(until) {
+			return fmt.Errorf("memrm: forget abort %v, kept until %v: %w", id, until, ErrRetained)
 		}
 		delete(l.aborts, k)
 		return nil
