@@ -9,9 +9,13 @@ import (
 )
 
 // Checkpointed is a transaction handle that knows the checkpoint it was
-// pre-committed under.
+// pre-committed under and which transaction it is.
 type Checkpointed interface {
 	CheckpointID() uint64
+	// TransactionKey names the handle's transaction: two handles have
+	// the same key only if they are the same transaction (members of one
+	// sink pre-commit different transactions under one checkpoint id).
+	TransactionKey() string
 }
 
 // Restorer fences what a restart from a checkpoint leaves behind.
@@ -32,16 +36,22 @@ type Restorer interface {
 //
 // Transactions are numbered for their XIDs before the caller's checkpoint
 // id is known: a transaction is numbered one more than the last checkpoint
-// id pre-committed (or restored), so that a transaction numbered above a
-// restored checkpoint id is one that no restored state can name (see
-// Restorer).
+// id pre-committed (or restored), or than the last number used if that is
+// higher (a transaction aborted by a failed Write or PreCommit spends its
+// number: its abort may be fenced by a marker under it), and it is
+// pre-committed under a checkpoint id at least its number. So a
+// transaction numbered above a restored checkpoint id is one that no
+// restored state can name (see Restorer). A checkpoint id whose PreCommit
+// failed is spent with its transaction's number: the next must be higher.
 type External[H Checkpointed] struct {
 	mu      sync.Mutex
 	c       Committer[H]
 	r       Restorer
 	open    H
 	hasOpen bool
+	openTxn uint64 // the open transaction's number
 	last    uint64 // the last checkpoint id pre-committed or restored
+	used    uint64 // the last transaction number begun
 	pending Pending[H]
 }
 
@@ -70,13 +80,17 @@ func (e *External[H]) begin(ctx context.Context) error {
 	if e.hasOpen {
 		return nil
 	}
-	h, err := e.c.Begin(ctx, e.last+1)
+	txn := e.nextTxn()
+	h, err := e.c.Begin(ctx, txn)
 	if err != nil {
 		return err
 	}
-	e.open, e.hasOpen = h, true
+	e.open, e.hasOpen, e.openTxn, e.used = h, true, txn, txn
 	return nil
 }
+
+// nextTxn returns the number of the next transaction to begin.
+func (e *External[H]) nextTxn() uint64 { return max(e.last, e.used) + 1 }
 
 func (e *External[H]) abortOpen(ctx context.Context) error {
 	if !e.hasOpen {
@@ -96,8 +110,13 @@ func (e *External[H]) PreCommit(ctx context.Context, checkpoint uint64) (H, erro
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var zero H
-	if checkpoint <= e.last || checkpoint > MaxCheckpoint {
-		return zero, fmt.Errorf("%w: checkpoint id %d: must be above %d and at most %d", ErrConfig, checkpoint, e.last, uint64(MaxCheckpoint))
+	floor := e.nextTxn() // the lowest id allowed
+	if e.hasOpen {
+		floor = max(e.last+1, e.openTxn)
+	}
+	if checkpoint < floor || checkpoint > MaxCheckpoint {
+		return zero, fmt.Errorf("%w: checkpoint id %d: must be at least %d (above every checkpoint id pre-committed or spent by a failed one) and at most %d",
+			ErrConfig, checkpoint, floor, uint64(MaxCheckpoint))
 	}
 	if err := e.begin(ctx); err != nil {
 		return zero, err
@@ -116,8 +135,9 @@ func (e *External[H]) PreCommit(ctx context.Context, checkpoint uint64) (H, erro
 }
 
 // Commit commits h once its checkpoint is complete, committing every
-// earlier pending handle first, in order. A handle this External does not
-// hold (one restored from state) is committed as given. Committing a
+// earlier pending handle first, in order (checkpoint h's completion
+// completes them). A handle this External does not hold (one restored from
+// state, or another member's) is committed as given. Committing a
 // committed handle again only repeats phase two.
 func (e *External[H]) Commit(ctx context.Context, h H) error {
 	e.mu.Lock()
@@ -129,7 +149,7 @@ func (e *External[H]) Commit(ctx context.Context, h H) error {
 			return fmt.Errorf("sink: committing checkpoint %d: %w", ids[i], err)
 		}
 		e.pending.Remove(ids[i])
-		mine = mine || ids[i] == h.CheckpointID()
+		mine = mine || p.TransactionKey() == h.TransactionKey()
 	}
 	if mine {
 		return nil
@@ -137,14 +157,19 @@ func (e *External[H]) Commit(ctx context.Context, h H) error {
 	return e.c.Commit(ctx, h)
 }
 
-// Abort rolls h back (its checkpoint failed).
+// Abort rolls h back (its checkpoint failed). If h is the handle this
+// External holds pending for its checkpoint, it is pending no more; a
+// handle of another member leaves this one's pending handle alone.
 func (e *External[H]) Abort(ctx context.Context, h H) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.c.Abort(ctx, h); err != nil {
 		return err
 	}
-	e.pending.Remove(h.CheckpointID())
+	if _, hs := e.pending.Through(h.CheckpointID()); len(hs) > 0 && hs[len(hs)-1].CheckpointID() == h.CheckpointID() &&
+		hs[len(hs)-1].TransactionKey() == h.TransactionKey() {
+		e.pending.Remove(h.CheckpointID())
+	}
 	return nil
 }
 

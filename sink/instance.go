@@ -61,17 +61,11 @@ type liveBranch struct {
 
 	mu sync.Mutex
 	b  xa.Branch // nil once it released its session
-	// stmts caches statements of one shape prepared on the branch's
-	// session (MySQL), by table and row count; seen counts the shapes sent
-	// as text so far. The driver closes the statements with the branch.
-	stmts map[stmtShape]*xamysql.Stmt
-	seen  map[stmtShape]int
-}
-
-// stmtShape is a multi-row INSERT of one table and one row count.
-type stmtShape struct {
-	table string
-	rows  int
+	// stmts caches statements prepared on the branch's session (MySQL),
+	// by their text; seen counts the texts sent as text so far. The
+	// driver closes the statements with the branch.
+	stmts map[string]*xamysql.Stmt
+	seen  map[string]int
 }
 
 // branch returns the branch, nil once it released its session.

@@ -404,6 +404,8 @@ type extHandle struct{ cp, txn uint64 }
 
 func (h extHandle) CheckpointID() uint64 { return h.cp }
 
+func (h extHandle) TransactionKey() string { return fmt.Sprint(h.txn) }
+
 type extFake struct {
 	committed []uint64
 	txns      []uint64

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -336,6 +337,12 @@ type PartitionPosition struct {
 
 // CheckpointID returns the id h was pre-committed under.
 func (h Handle) CheckpointID() uint64 { return h.Checkpoint }
+
+// TransactionKey implements Checkpointed: the sink, the incarnation and
+// the transaction's number, which its XIDs carry.
+func (h Handle) TransactionKey() string {
+	return h.Sink + "/" + strconv.FormatUint(h.Incarnation, 10) + "/" + strconv.FormatUint(h.Txn, 10)
+}
 
 // Ref returns the Ref of h's branch on target.
 func (h Handle) Ref(target string) Ref {

@@ -306,7 +306,7 @@ func (t *table) flushMySQL(ctx context.Context, lb *liveBranch, c *xamysql.Conn,
 			args = append(args, rows[i]...)
 		}
 		sb.WriteString(t.mySuffix)
-		st, err := lb.statement(ctx, c, stmtShape{t.ID, n}, sb.String())
+		st, err := lb.statement(ctx, c, sb.String())
 		if err == nil {
 			if st != nil {
 				_, err = st.ExecContext(ctx, args...)
@@ -382,24 +382,26 @@ func (t *table) columnNames() []string {
 	return names
 }
 
-// statement returns the branch's prepared statement of a shape, preparing
-// it when the shape comes a second time; nil: send this one as text.
-func (lb *liveBranch) statement(ctx context.Context, c *xamysql.Conn, shape stmtShape, query string) (*xamysql.Stmt, error) {
+// statement returns the branch's prepared statement of query, preparing
+// it when the query comes a second time; nil: send this one as text. The
+// cache is keyed by the statement's text, so two tables (or an INSERT and
+// an UPSERT of one table) never share a statement.
+func (lb *liveBranch) statement(ctx context.Context, c *xamysql.Conn, query string) (*xamysql.Stmt, error) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	if st := lb.stmts[shape]; st != nil {
+	if st := lb.stmts[query]; st != nil {
 		return st, nil
 	}
 	if lb.seen == nil {
-		lb.seen, lb.stmts = map[stmtShape]int{}, map[stmtShape]*xamysql.Stmt{}
+		lb.seen, lb.stmts = map[string]int{}, map[string]*xamysql.Stmt{}
 	}
-	if lb.seen[shape]++; lb.seen[shape] < 2 {
+	if lb.seen[query]++; lb.seen[query] < 2 {
 		return nil, nil
 	}
 	st, err := c.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	lb.stmts[shape] = st
+	lb.stmts[query] = st
 	return st, nil
 }

@@ -1,0 +1,211 @@
+package sink_test
+
+// Findings of an adversarial review of the exactly-once sink: each test
+// failed while its bug was there.
+
+import (
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/gensource"
+)
+
+// TestStatementCacheTablesWithoutID: the MySQL writer cached prepared
+// multi-row INSERTs per branch by {t.ID, rows} (now by the statement's
+// text). Table.ID is
+// documented as optional ("default Name"), and the sink keys everything
+// else by Table.id(); but the cache used the raw field, so two tables of
+// one MySQL target that leave ID empty share the cache: once each has sent
+// a batch of n rows, the statement prepared for the second table is reused
+// for the first one's next batch of n rows. Here events (INSERT) and
+// latest (UPSERT by partition, same column count) sit on MariaDB; the
+// events rows of every later batch were upserted into latest instead, and
+// no error was raised anywhere (it printed "MariaDB events: 40 rows").
+func TestStatementCacheTablesWithoutID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testCtx(t)
+	if err := e.my.Server.Exec(ctx, e.my.Name,
+		"CREATE TABLE latest5 (p VARCHAR(64) PRIMARY KEY, k BIGINT NOT NULL, pos VARCHAR(32) NOT NULL, v TEXT, t DATETIME(6))"); err != nil {
+		t.Fatal(err)
+	}
+	cols := e.cfg.Tables[0].Columns // k, p, pos, v, t
+	e.cfg.Tables = []sink.Table{
+		// No ID: the documented default is Name.
+		{Target: tgMy, Name: "events", Columns: cols},
+		{Target: tgMy, Name: "latest5", Columns: cols, Upsert: true, Key: []string{"p"}},
+		{ID: "pg.events", Target: tgPg, Name: "events", Columns: cols},
+	}
+	// Flush the MySQL buffers every 4 rows, so that both tables send
+	// batches of the same size (4 partitions: 4 distinct upsert keys).
+	e.cfg.Targets[0].BatchRows = 4
+	s := e.open()
+	g := gensource.Config{Records: 400, Partitions: 4, Batch: 4, Payload: 8}
+	if err := s.Run(ctx, gensource.New(g), sink.RunOptions{CheckpointRecords: 40, CheckpointInterval: time.Second,
+		SweepInterval: -1, DrainTimeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", e.my.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var latest int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM latest5").Scan(&latest); err != nil {
+		t.Fatal(err)
+	}
+	my, pg := e.counts()
+	t.Logf("MariaDB events: %v; PostgreSQL events: %v; latest5 rows: %d", my, pg, latest)
+	e.exactlyOnce(400)
+	if latest != 4 {
+		t.Errorf("latest5 holds %d rows, want one per partition (4)", latest)
+	}
+}
+
+// TestExternalCommitOtherMembersHandle: External.Commit says "A
+// handle this External does not hold (one restored from state) is
+// committed as given", which a committer that gathers the handles of every
+// member (Flink's Sink V2 committer) relies on. But Commit decides whether
+// h is "mine" by checkpoint id alone: given member 1's handle of
+// checkpoint 5 while member 0's own handle of checkpoint 5 is pending, it
+// committed member 0's handle, found the id among those it committed, and
+// returned nil without ever committing member 1's (now: by
+// TransactionKey). Its records never land
+// (its branches stay prepared; no Restore fences a transaction numbered at
+// or below the restored checkpoint), though every Commit returned nil.
+func TestExternalCommitOtherMembersHandle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := gen(600, 3)
+	recs := records(g)
+	ctx := testCtx(t)
+	s := e.open()
+	var xs [2]*sink.External[sink.Handle]
+	for m := range xs {
+		x, err := s.External(ctx, uint32(m), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Restore(ctx, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		xs[m] = x
+	}
+	var hs [2]sink.Handle
+	for m, x := range xs {
+		if err := x.Write(ctx, recs[m*300:(m+1)*300]); err != nil {
+			t.Fatal(err)
+		}
+		h, err := x.PreCommit(ctx, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs[m] = roundTrip(t, h)
+	}
+	// Checkpoint 5 completes; one committer commits every member's
+	// handle, here through member 0's External, in the order they came.
+	for _, h := range []sink.Handle{hs[1], hs[0]} {
+		if err := xs[0].Commit(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	my, pg := e.counts()
+	st, err := s.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after every Commit returned nil: %s %v, %s %v; branches left prepared: %d", tgMy, my, tgPg, pg, len(st.Branches))
+	// Member 1's transaction is decided: its PostgreSQL branch is
+	// committed. (Its MariaDB branch may wait for member 1's session:
+	// MariaDB commits a branch from another session only once the
+	// preparing one is gone, fact 6; Commit leaves it to restore.)
+	if pg.rows != 600 {
+		t.Fatalf("member 1's handle was not committed: PostgreSQL holds %d rows, want 600", pg.rows)
+	}
+	// Member 1 goes away (its sessions with it); the committer's retry,
+	// or a restore, finishes phase two.
+	if err := xs[1].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = e.open()
+	x, err := s.External(ctx, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Restore(ctx, hs[:], 5); err != nil {
+		t.Fatal(err)
+	}
+	e.exactlyOnce(600)
+}
+
+// TestExternalNumberSpentByFailedPreCommit: External numbered a
+// transaction e.last+1, and e.last moved only when a PreCommit succeeded
+// (now an aborted transaction spends its number). When a PreCommit fails after one branch voted yes (here
+// PostgreSQL refuses at PREPARE TRANSACTION, a deferred constraint
+// trigger, while MariaDB prepared), the open transaction is aborted
+// behind the fence: an abort marker is claimed under (incarnation, txn).
+// The caller fails that checkpoint and carries on (it writes the records
+// again); the next transaction gets the same number, hence the same
+// decision key, and its Commit, after the caller's checkpoint completed,
+// finds the old marker: ErrAborted, "a Restore fenced it", though no
+// Restore ran. A restart's Restore with that handle fails the same way,
+// for ever.
+func TestExternalNumberSpentByFailedPreCommit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testCtx(t)
+	if err := e.pg.Server.Exec(ctx, e.pg.Name,
+		"CREATE TABLE flag (fail boolean NOT NULL)",
+		"INSERT INTO flag VALUES (true)",
+		`CREATE FUNCTION refuse_once() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF (SELECT fail FROM flag) THEN RAISE EXCEPTION 'refused at prepare'; END IF; RETURN NULL; END $$`,
+		"CREATE CONSTRAINT TRIGGER refuse AFTER INSERT ON events DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_once()"); err != nil {
+		t.Fatal(err)
+	}
+	g := gen(300, 3)
+	recs := records(g)
+	s := e.open()
+	x, err := s.External(ctx, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Restore(ctx, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Write(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.PreCommit(ctx, 5); err == nil {
+		t.Fatal("PostgreSQL was to refuse the first prepare")
+	} else {
+		t.Logf("checkpoint 5 failed, as arranged: %v", err)
+	}
+	if err := e.pg.Server.Exec(ctx, e.pg.Name, "UPDATE flag SET fail = false"); err != nil {
+		t.Fatal(err)
+	}
+	// The caller fails checkpoint 5 and writes the records again for
+	// checkpoint 6, which completes.
+	if err := x.Write(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	h, err := x.PreCommit(ctx, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint 6's handle: txn %d", h.Txn)
+	if h.Txn < 2 || h.Txn > 6 {
+		t.Errorf("checkpoint 6's transaction is numbered %d: want above the failed one's (1) and at most 6", h.Txn)
+	}
+	if _, err := x.PreCommit(ctx, 6); err == nil {
+		t.Error("a second PreCommit under checkpoint 6 was accepted")
+	}
+	if err := x.Commit(ctx, h); err != nil {
+		t.Fatalf("Commit of completed checkpoint 6: %v", err)
+	}
+	e.exactlyOnce(300)
+}
