@@ -215,11 +215,16 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 		return res, fmt.Errorf("%w: refusing to %s %s: %s", ErrContradiction, verb(action), x, res.Contradiction)
 	}
 
-	// A rollback of an undecided branch of ours is a presumed abort: fence.
-	if ours && action == xa.OutcomeRollback && !res.Logged && !aborted && res.Contradiction == "" {
+	// A rollback of an undecided branch of this log is a presumed abort,
+	// forced or not (a forced one is typically inside the grace period,
+	// its coordinator alive): fence, so that the coordinator can no
+	// longer record a commit and commit the other branches. A forced
+	// rollback claims what it can when a delegated decision table is not
+	// configured here (the operator overrides that contradiction).
+	if ours && ref.Log == s.ident.ID && action == xa.OutcomeRollback && !res.Logged && !aborted {
 		b := &Branch{Participant: res.Participant, Prepared: h.prep, ID: ref.ID, Log: ref.Log}
 		b.Age, _ = h.prep.Age(s.cfg.Now())
-		_, committed, err := s.takeFence(ctx, st, b)
+		_, committed, err := s.takeFence(ctx, st, b, opts.Force)
 		switch {
 		case committed:
 			res.Logged = true
@@ -244,6 +249,31 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 		}
 	}
 
+	hr := xa.HeuristicRecord{RM: res.Participant, XID: x, Action: action, Forced: true, Time: time.Now(), Reason: opts.Reason}
+	// A forced commit of a branch of ours without a commit decision is
+	// recorded first: the scanner reads the record after its fence and
+	// leaves the transaction's other branches prepared instead of
+	// presuming abort (which would mix the outcome). Then the abort is
+	// looked up again: if a scan recorded one in between, it may be
+	// rolling the other branches back, and the commit is refused.
+	handCommit := ours && res.Contradiction != "" && action == xa.OutcomeCommit && !res.Logged
+	if handCommit {
+		if err := s.cfg.Log.LogHeuristic(ctx, hr); err != nil {
+			return res, fmt.Errorf("recovery: recording the forced commit of %s before it (nothing committed): %w", x, err)
+		}
+		if !aborted {
+			_, nowAborted, err := s.cfg.Log.LookupAbort(ctx, ref.ID)
+			if err == nil && nowAborted {
+				err = fmt.Errorf("%w: refusing to commit %s: recovery recorded its transaction's abort meanwhile and may be rolling back its other branches", ErrContradiction, x)
+			}
+			if err != nil {
+				if cerr := s.cfg.Log.ClearHeuristic(ctx, hr.RM, hr.XID); cerr != nil {
+					err = errors.Join(err, fmt.Errorf("the heuristic record of the commit not made stays (xactl heuristic clear): %w", cerr))
+				}
+				return res, err
+			}
+		}
+	}
 	var err error
 	if action == xa.OutcomeCommit {
 		err = h.rm.Commit(ctx, x, from)
@@ -251,14 +281,18 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 		err = h.rm.Rollback(ctx, x, from)
 	}
 	if err != nil {
+		if handCommit {
+			err = errors.Join(err, fmt.Errorf("its heuristic record stays: the commit may have happened; run it again, or clear the record (xactl heuristic clear)"))
+		}
 		return res, fmt.Errorf("%s %s on %s: %w", verb(action), x, res.Participant, err)
 	}
 	res.Done = true
 	if res.Contradiction != "" {
 		res.Forced = true
-		hr := xa.HeuristicRecord{RM: res.Participant, XID: x, Action: action, Forced: true, Time: time.Now(), Reason: opts.Reason}
-		if err := s.cfg.Log.LogHeuristic(ctx, hr); err != nil {
-			return res, fmt.Errorf("the branch was resolved (%s), but recording the heuristic outcome failed: %w", action, err)
+		if !handCommit {
+			if err := s.cfg.Log.LogHeuristic(ctx, hr); err != nil {
+				return res, fmt.Errorf("the branch was resolved (%s), but recording the heuristic outcome failed: %w", action, err)
+			}
 		}
 	}
 	return res, nil

@@ -340,6 +340,10 @@ type scanState struct {
 	serverOf map[string]*server       // participant name -> its listing
 	fenced   map[string]error         // global id text -> outcome of taking the fence this scan
 	aborted  []xa.GlobalID            // abort records this scan wrote
+	// handCommits are the branches committed by hand (forced, heuristic
+	// records), by their gtrid: their transactions are not presumed
+	// aborted.
+	handCommits map[string]xa.HeuristicRecord
 	// Of those, transactions with a branch still listed after the fence
 	// (rolledBack), and those with one found gone (vanished).
 	rolledBack, vanished map[string]bool
@@ -363,6 +367,9 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	}
 	for _, a := range aborts {
 		st.aborts[a.ID.String()] = a
+	}
+	if st.handCommits, err = s.handCommits(ctx); err != nil {
+		return rep, err
 	}
 	delegations, err := s.cfg.Log.Delegations(ctx)
 	if err != nil {
@@ -641,6 +648,10 @@ func (s *Scanner) judge(st *scanState, b *Branch, ref xa.BranchRef, rec xa.Commi
 		}
 		b.Verdict = Anomaly
 		b.Reason = "its transaction's commit record does not list this branch"
+	case st.handCommits[string(b.Prepared.XID.Gtrid)].RM != "":
+		hr := st.handCommits[string(b.Prepared.XID.Gtrid)]
+		b.Verdict = Blocked
+		b.Reason = handCommitReason(hr)
 	case b.AbortLogged:
 		// This log fenced the transaction: no commit can be recorded.
 		b.Verdict = Rollback
@@ -681,6 +692,21 @@ func (s *Scanner) act(ctx context.Context, st *scanState, rm xa.ResourceManager,
 			case committed:
 				b.Verdict, b.Logged = Commit, true
 				s.commit(ctx, rm, b, rec, attrs)
+				return
+			}
+			// An operator may have committed a branch by hand since
+			// the scan began: xactl records that before committing,
+			// and reads the abort again after, so one of the two sees
+			// the other.
+			hc, err := s.handCommits(ctx)
+			if err != nil {
+				b.Err = err
+				s.record(b, err, "", attrs)
+				return
+			}
+			if hr, ok := hc[string(b.Prepared.XID.Gtrid)]; ok {
+				b.Verdict, b.Reason = Blocked, handCommitReason(hr)
+				s.log.Warn("in-doubt branch left prepared: "+b.Reason, attrs...)
 				return
 			}
 			// The listing is older than the fence: the transaction may
@@ -743,7 +769,7 @@ func (s *Scanner) fence(ctx context.Context, st *scanState, b *Branch) (rec xa.C
 		}
 		return xa.CommitRecord{}, false, err
 	}
-	rec, committed, err = s.takeFence(ctx, st, b)
+	rec, committed, err = s.takeFence(ctx, st, b, false)
 	switch {
 	case committed:
 		st.records[k] = rec
@@ -756,8 +782,37 @@ func (s *Scanner) fence(ctx context.Context, st *scanState, b *Branch) (rec xa.C
 	return rec, committed, err
 }
 
-func (s *Scanner) takeFence(ctx context.Context, st *scanState, b *Branch) (xa.CommitRecord, bool, error) {
+// handCommits returns the log's heuristic commits, by gtrid.
+func (s *Scanner) handCommits(ctx context.Context) (map[string]xa.HeuristicRecord, error) {
+	hs, err := s.cfg.Log.Heuristics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("recovery: reading the decision log's heuristic records: %w", err)
+	}
+	m := map[string]xa.HeuristicRecord{}
+	for _, h := range hs {
+		if h.Action == xa.OutcomeCommit {
+			m[string(h.XID.Gtrid)] = h
+		}
+	}
+	return m, nil
+}
+
+// handCommitReason says why a branch whose sibling was committed by hand
+// is left prepared.
+func handCommitReason(hr xa.HeuristicRecord) string {
+	return fmt.Sprintf("branch %s on %s of its transaction was committed by hand (heuristic record): presuming abort would mix the outcome; "+
+		"commit this branch too (xactl commit --force), or clear that record (xactl heuristic clear) to let presumed abort go on", hr.XID, hr.RM)
+}
+
+// takeFence claims the abort of b's transaction in every configured
+// decision store, then records it in the log. A store the log delegated to
+// but not configured here blocks it, unless forced (an operator's forced
+// rollback): then the fence is what can be claimed.
+func (s *Scanner) takeFence(ctx context.Context, st *scanState, b *Branch, forced bool) (xa.CommitRecord, bool, error) {
 	reason := fmt.Sprintf("presumed abort: prepared on %s for %v with no decision (grace %v)", b.Participant, b.Age.Round(time.Millisecond), s.cfg.Grace)
+	if forced {
+		reason = fmt.Sprintf("forced rollback of %s on %s by an operator", b.Prepared.XID, b.Participant)
+	}
 	// Read the delegations again, after the listing: a coordinator records
 	// a delegation before it prepares any branch, so every store that may
 	// decide this transaction is named by now.
@@ -766,7 +821,7 @@ func (s *Scanner) takeFence(ctx context.Context, st *scanState, b *Branch) (xa.C
 		return xa.CommitRecord{}, false, fmt.Errorf("recovery: reading the decision log's delegations: %w", err)
 	}
 	for _, d := range delegations {
-		if st.stores[d.Participant] == nil {
+		if st.stores[d.Participant] == nil && !forced {
 			b.Verdict = Blocked
 			b.Reason = s.undelegated(d.Participant)
 			return xa.CommitRecord{}, false, fmt.Errorf("%w: %s", xa.ErrRetryable, b.Reason)
