@@ -24,14 +24,24 @@ type RunOptions struct {
 	// MaxPending bounds the prepared checkpoints waiting for their
 	// decision and phase two while the next one is written (default 2).
 	MaxPending int
-	// MaxAborts: Run returns after this many checkpoints in a row were
-	// aborted (default 5). Each abort reads the records again from the
-	// last committed positions.
+	// MaxAborts: Run returns after this many aborts in a row (default
+	// 8). Each aborted checkpoint counts, and so does each failed attempt
+	// to read the committed positions back after one (Owner.Rewind, then
+	// Source.Seek: the progress target may be the database that is
+	// down); after an abort the records are read again from the last
+	// committed positions.
 	MaxAborts int
 	// AbortBackoff is the pause after the first abort in a row; it
 	// doubles with each further one, up to 10 s (default 250 ms), so that
 	// a short outage of a database is ridden out rather than used up in
-	// MaxAborts quick failures.
+	// MaxAborts quick failures. With the defaults the pauses add up to
+	// 25.75 s (0.25+0.5+1+2+4+8+10), so an outage that ends within about
+	// 25 s of the first abort is ridden out (a database restart of 10-20
+	// s); in general the pauses before Run gives up add up to the sum of
+	// min(AbortBackoff<<k, 10 s) for k from 0 to MaxAborts-2. An outage
+	// of the progress target while a checkpoint is being decided is not
+	// ridden out: if the decision and then the abort marker both fail,
+	// Run stops with ErrUnresolved (see docs/sink.md).
 	AbortBackoff time.Duration
 	// SweepInterval: how often restore's orphan sweep runs while the
 	// instance runs (default 10 s; negative: only when partitions are
@@ -58,7 +68,7 @@ func (o RunOptions) withDefaults() RunOptions {
 		o.MaxPending = 2
 	}
 	if o.MaxAborts <= 0 {
-		o.MaxAborts = 5
+		o.MaxAborts = 8
 	}
 	if o.AbortBackoff <= 0 {
 		o.AbortBackoff = 250 * time.Millisecond
@@ -432,23 +442,54 @@ func (x *run[H]) recover(ctx context.Context, cause error) error {
 	if !errors.Is(cause, ErrAborted) || errors.Is(cause, ErrClosed) {
 		return cause
 	}
-	if !errors.Is(cause, errLost) {
+	lost := errors.Is(cause, errLost)
+	if !lost {
 		x.aborts++
 	}
-	if x.aborts >= x.r.opts.MaxAborts {
-		return fmt.Errorf("sink: %d checkpoints aborted in a row; the last: %w", x.aborts, cause)
-	}
-	if x.aborts > 0 && !errors.Is(cause, errLost) {
-		pause := x.r.opts.AbortBackoff << min(x.aborts-1, 16)
-		if pause > 10*time.Second || pause <= 0 {
-			pause = 10 * time.Second
+	last, retry := cause, false
+	for {
+		if x.aborts >= x.r.opts.MaxAborts {
+			return fmt.Errorf("sink: %d aborts in a row (checkpoints, or reading the committed positions back after one); the last: %w", x.aborts, last)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(pause):
+		if x.aborts > 0 && (!lost || retry) {
+			if err := x.pause(ctx); err != nil {
+				return err
+			}
 		}
+		err := x.rewind(ctx, cause)
+		if err == nil || ctx.Err() != nil || errors.Is(err, ErrFenced) || errors.Is(err, ErrClosed) {
+			return err
+		}
+		// The progress target (or the source) is down: this counts as
+		// one more abort in a row, and is tried again after the pause.
+		x.r.opts.Logger.Warn("sink: reading the committed positions back failed; trying again", "aborts", x.aborts+1, "err", err)
+		x.aborts++
+		last, retry = err, true
 	}
+}
+
+// pause waits AbortBackoff, doubled for each abort in a row after the
+// first, at most 10 s; it returns ctx's error if ctx ends first.
+func (x *run[H]) pause(ctx context.Context) error {
+	pause := x.r.opts.AbortBackoff << min(x.aborts-1, 16)
+	if pause > maxAbortBackoff || pause <= 0 {
+		pause = maxAbortBackoff
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(pause):
+		return nil
+	}
+}
+
+// maxAbortBackoff bounds one pause between aborts in a row.
+const maxAbortBackoff = 10 * time.Second
+
+// rewind reads the committed positions back (Owner.Rewind), drops the
+// partitions lost to another instance and seeks the source to the others
+// (Source.Seek). It returns ErrFenced if every partition was lost.
+func (x *run[H]) rewind(ctx context.Context, cause error) error {
 	parts := slices.Sorted(maps.Keys(x.owned))
 	positions, lost, err := x.r.o.Rewind(ctx, parts)
 	if err != nil {

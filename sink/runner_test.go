@@ -1,0 +1,70 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// flakyOwner is the fake Owner whose Rewind fails the first fails calls, as
+// when the progress target is down for a moment (restarting).
+type flakyOwner struct {
+	*fake
+	mu    sync.Mutex
+	fails int
+	calls int
+}
+
+func (o *flakyOwner) Rewind(ctx context.Context, parts []string) (map[string]string, []string, error) {
+	o.mu.Lock()
+	o.calls++
+	fail := o.calls <= o.fails
+	o.mu.Unlock()
+	if fail {
+		return nil, nil, errors.New("dial tcp: connection refused (the progress target is restarting)")
+	}
+	return o.fake.Rewind(ctx, parts)
+}
+
+// TestRunnerRewindOutageRiddenOut checks that an aborted checkpoint whose
+// read-back of the committed positions (Owner.Rewind) fails because the
+// progress target is down is tried again after the next pause, counted as
+// one more abort, and that Run then reads on, exactly once. Found by an
+// adversarial review: Run returned the first failed Rewind at once,
+// uncounted ("sink: reading the committed positions after an abort (sink:
+// checkpoint 2 aborted: refused): dial tcp: connection refused ...").
+func TestRunnerRewindOutageRiddenOut(t *testing.T) {
+	f := newFake()
+	f.abortOnce[2] = true // the checkpoint that meets the outage
+	o := &flakyOwner{fake: f, fails: 3}
+	opts := fastOpts()
+	opts.MaxAborts = 5
+	opts.AbortBackoff = 5 * time.Millisecond
+	err := NewRunner[uint64](f, o, opts).Run(context.Background(), &memSource{k: 1, n: 50, batch: 5})
+	if err != nil {
+		t.Fatalf("one abort (MaxAborts 5) while the progress target was down for three reads stopped Run: %v", err)
+	}
+	f.exactlyOnce(t, 1, 50)
+}
+
+// TestRunnerRewindOutageCounted checks that failed read-backs count
+// against MaxAborts: a progress target that stays down stops Run after
+// MaxAborts aborts in a row (one checkpoint, then the failed Rewinds),
+// with the last error.
+func TestRunnerRewindOutageCounted(t *testing.T) {
+	f := newFake()
+	f.abortOnce[2] = true
+	o := &flakyOwner{fake: f, fails: 1 << 30}
+	opts := fastOpts()
+	opts.MaxAborts = 4
+	opts.AbortBackoff = time.Millisecond
+	err := NewRunner[uint64](f, o, opts).Run(context.Background(), &memSource{k: 1, n: 50, batch: 5})
+	if err == nil || !errors.Is(err, ErrAborted) {
+		t.Fatalf("Run with the progress target down for good: %v, want the abort after MaxAborts", err)
+	}
+	if o.calls != 3 {
+		t.Fatalf("Rewind tried %d times, want 3 (MaxAborts 4: the checkpoint's abort and 3 failed read-backs)", o.calls)
+	}
+}
