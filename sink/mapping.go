@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,8 +42,12 @@ type Column struct {
 	//   - a JSON path into the value: "$.a.b[0].c", or "a.b[0].c" without
 	//     the "$." (a field named like one of the words above needs the
 	//     "$."). A missing field is NULL. Strings, booleans and null are
-	//     written as such, integral numbers as int64, other numbers as
-	//     float64, objects and arrays as JSON text.
+	//     written as such, objects and arrays as JSON text. A number is
+	//     written as an int64 if it is one, else as a float64 if that
+	//     holds it exactly (its shortest decimal form is the same number),
+	//     else as its JSON text, which the database converts into the
+	//     column's type (NUMERIC, DECIMAL, BIGINT UNSIGNED: exactly): a
+	//     number is never changed by the mapping.
 	From string
 }
 
@@ -206,14 +211,7 @@ func jsonValue(v any) (any, error) {
 	case nil, string, bool:
 		return x, nil
 	case json.Number:
-		if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
-			return i, nil
-		}
-		f, err := strconv.ParseFloat(string(x), 64)
-		if err != nil {
-			return nil, fmt.Errorf("number %s: %w", x, err)
-		}
-		return f, nil
+		return jsonNumber(string(x)), nil
 	default:
 		b, err := json.Marshal(x)
 		if err != nil {
@@ -221,6 +219,32 @@ func jsonValue(v any) (any, error) {
 		}
 		return string(b), nil
 	}
+}
+
+// jsonNumber returns a JSON number as an int64 if it is one, else as a
+// float64 if that is the same number (its shortest decimal form has the
+// number's value), else as its JSON text: a value is never changed on the
+// way to the database, which converts the text into the column's type
+// (NUMERIC, DECIMAL and BIGINT UNSIGNED exactly; an integer column refuses
+// what it cannot hold).
+func jsonNumber(text string) any {
+	if i, err := strconv.ParseInt(text, 10, 64); err == nil {
+		return i
+	}
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil {
+		return text // beyond float64's range
+	}
+	short := strconv.FormatFloat(f, 'g', -1, 64)
+	if short == text {
+		return f
+	}
+	want, ok1 := new(big.Rat).SetString(text)
+	have, ok2 := new(big.Rat).SetString(short)
+	if ok1 && ok2 && want.Cmp(have) == 0 {
+		return f
+	}
+	return text
 }
 
 // JSONMapping returns the MapFunc of the tables' column mappings: every

@@ -2,7 +2,9 @@ package sink
 
 import (
 	"errors"
+	"math/big"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -22,7 +24,7 @@ func TestJSONMapping(t *testing.T) {
 		{"time", at},
 		{"$.id", int64(17)},
 		{"id", int64(17)},
-		{"$.big", 12345678901234567890.0},
+		{"$.big", "12345678901234567890"}, // beyond int64 and float64: the text
 		{"f", 1.5},
 		{"s", "x"},
 		{"b", true},
@@ -158,5 +160,59 @@ func TestOrigins(t *testing.T) {
 	}
 	if len(decodeOrigins("")) != 0 || len(decodeOrigins("x=1;y=a:b;=;z")) != 0 {
 		t.Fatal("malformed origins decoded")
+	}
+}
+
+// TestJSONNumbersExact checks that the JSON mapping never changes a number:
+// one beyond int64, or with more digits than a float64 holds, is written
+// as its JSON text (the database converts it exactly), and one a float64
+// holds exactly stays a float64. Found by an adversarial review: such
+// numbers became float64s, another number, silently ("JSON number
+// 18446744073709551615 is written as float64 1.8446744073709552e+19
+// (18446744073709551616.00)", and likewise 12345678901234567.25 and
+// -9223372036854775809).
+func TestJSONNumbersExact(t *testing.T) {
+	f, err := JSONMapping([]Table{{Name: "t", Columns: []Column{{Name: "n", From: "$.n"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		lit  string
+		want any
+	}{
+		{"18446744073709551615", "18446744073709551615"},
+		{"9223372036854775808", "9223372036854775808"},
+		{"-9223372036854775809", "-9223372036854775809"},
+		{"12345678901234567.25", "12345678901234567.25"},
+		{"0.1000000000000000000001", "0.1000000000000000000001"},
+		{"1e400", "1e400"},
+		{"9223372036854775807", int64(9223372036854775807)},
+		{"-17", int64(-17)},
+		{"1.5", 1.5},
+		{"0.1", 0.1},
+		{"1.50", 1.5},
+		{"2.5e-3", 0.0025},
+		{"1E2", 100.0},
+	} {
+		rows, err := f(Record{Partition: "p", Next: "1", Value: []byte(`{"n": ` + c.lit + `}`)})
+		if err != nil {
+			t.Fatalf("%s: %v", c.lit, err)
+		}
+		if got := rows[0].Values[0]; got != c.want {
+			t.Errorf("JSON number %s is written as %T %v, want %T %v", c.lit, got, got, c.want, c.want)
+		}
+		// Whatever the Go type, the value is the number's.
+		var have *big.Rat
+		switch v := rows[0].Values[0].(type) {
+		case int64:
+			have = new(big.Rat).SetInt64(v)
+		case float64:
+			have, _ = new(big.Rat).SetString(strconv.FormatFloat(v, 'g', -1, 64))
+		case string:
+			have, _ = new(big.Rat).SetString(v)
+		}
+		if want, ok := new(big.Rat).SetString(c.lit); ok && (have == nil || have.Cmp(want) != 0) {
+			t.Errorf("JSON number %s is written as %v: another number", c.lit, rows[0].Values[0])
+		}
 	}
 }

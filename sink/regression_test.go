@@ -5,10 +5,13 @@ package sink_test
 
 import (
 	"database/sql"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/filesource"
 	"github.com/xadb/xa/sink/gensource"
 )
 
@@ -208,4 +211,63 @@ func TestExternalNumberSpentByFailedPreCommit(t *testing.T) {
 		t.Fatalf("Commit of completed checkpoint 6: %v", err)
 	}
 	e.exactlyOnce(300)
+}
+
+// TestJSONNumbersLandExactly: numbers beyond int64 or float64 land
+// exactly in BIGINT UNSIGNED and DECIMAL (MariaDB, INSERT) and NUMERIC
+// (PostgreSQL, COPY and upsert): the mapping passes their JSON text, which
+// each database converts itself. Before, the mapping made float64s of them
+// (see TestJSONNumbersExact): MariaDB refused the float64 of
+// 18446744073709551615 ("Error 1264 (22003): Out of range value for column
+// 'a'") and every checkpoint aborted until Run stopped; the other values
+// would have landed as other numbers.
+func TestJSONNumbersLandExactly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testCtx(t)
+	if err := e.my.Server.Exec(ctx, e.my.Name, "CREATE TABLE nums (a BIGINT UNSIGNED, d DECIMAL(30,2))"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pg.Server.Exec(ctx, e.pg.Name, "CREATE TABLE nums (a numeric(20), d numeric(30,2))",
+		"CREATE TABLE nums_up (a numeric(20) PRIMARY KEY, d numeric(30,2))"); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "nums.ndjson")
+	if err := os.WriteFile(path, []byte(`{"a": 18446744073709551615, "d": 12345678901234567.25}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cols := []sink.Column{{Name: "a", From: "$.a"}, {Name: "d", From: "$.d"}}
+	e.cfg.Tables = []sink.Table{
+		{ID: "my", Target: tgMy, Name: "nums", Columns: cols},
+		{ID: "pg", Target: tgPg, Name: "nums", Columns: cols},
+		{ID: "pg.up", Target: tgPg, Name: "nums_up", Columns: cols, Upsert: true, Key: []string{"a"}},
+	}
+	src, err := filesource.New(filesource.Config{Files: []string{path}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	if err := e.open().Run(ctx, src, runOpts()); err != nil {
+		t.Fatal(err)
+	}
+	const want = "18446744073709551615 12345678901234567.25"
+	db, err := sql.Open("mysql", e.my.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var got string
+	if err := db.QueryRowContext(ctx, "SELECT CONCAT(a, ' ', d) FROM nums").Scan(&got); err != nil || got != want {
+		t.Errorf("MariaDB nums holds %q (%v), want %q", got, err, want)
+	}
+	c, err := pgxConnect(ctx, e.pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	for _, tb := range []string{"nums", "nums_up"} {
+		if err := c.QueryRow(ctx, "SELECT a::text || ' ' || d::text FROM "+tb).Scan(&got); err != nil || got != want {
+			t.Errorf("PostgreSQL %s holds %q (%v), want %q", tb, got, err, want)
+		}
+	}
 }
