@@ -64,7 +64,8 @@ type SinkSource struct {
 	Kind string `yaml:"kind"`
 
 	// Kafka: the seed brokers, the consumer group (every instance of the
-	// sink uses the same), the topics read whole, and where a partition
+	// sink uses the same; no other sink of the configuration may use it),
+	// the topics read whole, and where a partition
 	// without progress starts: earliest (default) or committed.
 	Brokers []string `yaml:"brokers"`
 	Group   string   `yaml:"group"`
@@ -172,6 +173,7 @@ func (s *Sink) sinkDefaults() {
 func (c *Config) validateSinks() []error {
 	var errs []error
 	seen := map[string]bool{}
+	groups := map[string]string{} // Kafka group -> the first sink using it
 	for i, s := range c.Sinks {
 		where := fmt.Sprintf("sinks[%d]", i)
 		switch err := sink.ValidateName(s.Name); {
@@ -187,6 +189,16 @@ func (c *Config) validateSinks() []error {
 			where = fmt.Sprintf("sink %q", s.Name)
 		}
 		errs = append(errs, s.Source.validate(where)...)
+		if s.Source.Kind == SourceKafka && s.Source.Group != "" {
+			// One group splits the topics' partitions between its members:
+			// two sinks in one group would each write only the partitions
+			// it happens to get, and start from the other's offsets.
+			if first, ok := groups[s.Source.Group]; ok {
+				errs = append(errs, fmt.Errorf("%s: source.group %q is the group of sink %q too: each sink needs a consumer group of its own (the group would split the partitions between the two sinks, each writing only part of the stream)", where, s.Source.Group, first))
+			} else {
+				groups[s.Source.Group] = s.Name
+			}
+		}
 		errs = append(errs, c.validateSinkTargets(where, s)...)
 		errs = append(errs, validateSinkTables(where, s)...)
 		switch {

@@ -161,3 +161,37 @@ func TestSinkValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestSinkValidateSharedGroup checks that two sinks reading with one Kafka
+// consumer group are refused, naming the group: their instances would
+// join one group, which splits the topics' partitions between the two
+// sinks, so that each table holds part of the stream while each progress
+// table says nothing is missing. Found by an adversarial review: the
+// configuration was accepted ("two sinks sharing the Kafka group
+// orders-sink (each would read only the partitions the group gives it)
+// were accepted").
+func TestSinkValidateSharedGroup(t *testing.T) {
+	second := `
+  - name: orders-copy
+    source:
+      kind: kafka
+      brokers: [k1:9092]
+      group: orders-sink
+      topics: [orders]
+      start: committed
+    targets: [pg]
+    tables:
+      - name: orders_copy
+        columns: {id: $.id}
+`
+	_, err := parseSinks(t, sinkBase+second)
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("two sinks sharing the Kafka group orders-sink were accepted (err %v)", err)
+	}
+	if want := `sink "orders-copy": source.group "orders-sink" is the group of sink "orders" too`; !strings.Contains(err.Error(), want) {
+		t.Fatalf("refused, but not for the shared group (want %q): %v", want, err)
+	}
+	if _, err := parseSinks(t, sinkBase+strings.Replace(second, "group: orders-sink", "group: orders-copy", 1)); err != nil {
+		t.Fatalf("two sinks with groups of their own: %v", err)
+	}
+}
