@@ -54,16 +54,23 @@ type partitionEnd struct {
 	Partition string
 	// Start is the first position (Kafka: the oldest offset still in the
 	// log), End the position after the last record (Kafka: the high
-	// watermark; a file: its size).
+	// watermark; a file: its size in bytes).
 	Start, End int64
 	// Group is the Kafka group's committed offset, -1 if none (or not
 	// Kafka).
 	Group int64
+	// records, when set, counts the records past a position (a file:
+	// its positions are byte offsets, not record numbers).
+	records func(position string) (int64, error)
 }
 
 // lag returns how many records of the partition are past position (""
 // is the source's start), and whether it is known.
 func (e partitionEnd) lag(position string) (int64, bool) {
+	if e.records != nil {
+		n, err := e.records(position)
+		return n, err == nil
+	}
 	if position == "" {
 		return e.End - e.Start, true
 	}
@@ -122,7 +129,8 @@ func (r *endReader) ends(ctx context.Context) ([]partitionEnd, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, partitionEnd{Partition: path, End: fi.Size(), Group: -1})
+			out = append(out, partitionEnd{Partition: path, End: fi.Size(), Group: -1,
+				records: func(pos string) (int64, error) { return filesource.Remaining(path, pos) }})
 		}
 	}
 	slices.SortFunc(out, func(a, b partitionEnd) int { return comparePartitions(a.Partition, b.Partition) })

@@ -109,7 +109,9 @@ type sinkPartitionView struct {
 	Position string `json:"position"`
 	InTable  bool   `json:"in_table"`
 	// End is where the source's partition ends now (Kafka: the high
-	// watermark), Lag the records between the position and the end.
+	// watermark; a file: its size in bytes, as its positions are byte
+	// offsets), Lag the records between the position and the end (a
+	// file: its non-empty lines past the position).
 	End *int64 `json:"end"`
 	Lag *int64 `json:"lag"`
 	// GroupOffset is the Kafka group's committed offset (a copy of the

@@ -213,3 +213,47 @@ func slicesOf(ps []*part) []string {
 	}
 	return out
 }
+
+// Remaining returns how many records the file at path holds past position
+// (a position of this source: the byte offset just past a record's line;
+// "": the file's start), as the source would read them now: its non-empty
+// lines from there to the end, the last one counted even without its line
+// break. It reads the file from the position on.
+func Remaining(path, position string) (int64, error) {
+	var off int64
+	if position != "" {
+		var err error
+		off, err = strconv.ParseInt(position, 10, 64)
+		if err != nil || off < 0 {
+			return 0, fmt.Errorf("filesource: %s: bad position %q", path, position)
+		}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("filesource: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return 0, fmt.Errorf("filesource: %s: %w", path, err)
+	}
+	r := bufio.NewReaderSize(f, 64<<10)
+	var n int64
+	content := false // the line read so far holds more than white space
+	for {
+		chunk, err := r.ReadSlice('\n')
+		content = content || len(bytes.TrimSpace(chunk)) > 0
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return 0, fmt.Errorf("filesource: %s: %w", path, err)
+		}
+		if content {
+			n++
+		}
+		content = false
+		if err != nil {
+			return n, nil
+		}
+	}
+}

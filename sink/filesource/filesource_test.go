@@ -83,3 +83,27 @@ func TestFileSource(t *testing.T) {
 		t.Fatal("a line above MaxLine was accepted")
 	}
 }
+
+// TestRemaining checks that Remaining counts the records past a position
+// as the source reads them: non-empty lines, the last one without its line
+// break too (sink status's lag of a file source is in records).
+func TestRemaining(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.ndjson")
+	// Records end at offsets 4, 13 (after an empty line and a blank
+	// one) and 16 (no line break).
+	if err := os.WriteFile(path, []byte("{a}\n\n  \n{b}\r\n{c}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		pos  string
+		want int64
+	}{{"", 3}, {"4", 2}, {"5", 2}, {"13", 1}, {"16", 0}, {"99", 0}} {
+		n, err := Remaining(path, c.pos)
+		if err != nil || n != c.want {
+			t.Errorf("Remaining after %q: %d, %v; want %d", c.pos, n, err, c.want)
+		}
+	}
+	if _, err := Remaining(path, "x"); err == nil {
+		t.Error("Remaining after position x: no error")
+	}
+}
