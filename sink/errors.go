@@ -47,6 +47,12 @@ var (
 
 	// ErrClosed: the sink was closed (or abandoned by a test).
 	ErrClosed = errors.New("sink: closed")
+
+	// ErrTable: a table the sink writes does not fit its Table: it is
+	// missing, lacks a mapped column, or an upsert's Key is not a unique
+	// key of it. Every *TableError matches it; Run and External refuse to
+	// start an instance then (see CheckTables).
+	ErrTable = errors.New("sink: a table does not fit the sink's configuration")
 )
 
 // AbortError says that a checkpoint was aborted, and why. errors.Is(err,

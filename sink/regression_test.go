@@ -5,8 +5,11 @@ package sink_test
 
 import (
 	"database/sql"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -269,5 +272,81 @@ func TestJSONNumbersLandExactly(t *testing.T) {
 		if err := c.QueryRow(ctx, "SELECT a::text || ' ' || d::text FROM "+tb).Scan(&got); err != nil || got != want {
 			t.Errorf("PostgreSQL %s holds %q (%v), want %q", tb, got, err, want)
 		}
+	}
+}
+
+// TestCheckTables: CheckTables compares the tables with the targets'
+// catalogues (a missing table, a mapped column the table lacks, an upsert
+// key that is no unique key: none, a prefix index, a key of other columns,
+// a partial index), and Run refuses to start an instance over a table
+// that does not fit (ErrTable). Found by an adversarial review: doctor
+// checked only that the tables exist, and on MariaDB an upsert whose key
+// was no unique key inserted a row per record ("upsert on key p (one
+// partition, two records in two checkpoints) left 2 rows in latest, want
+// 1").
+func TestCheckTables(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testCtx(t)
+	if err := e.my.Server.Exec(ctx, e.my.Name,
+		"CREATE TABLE nokey (p VARCHAR(64), seq BIGINT)",
+		"CREATE TABLE prefix (p VARCHAR(64), seq BIGINT, UNIQUE KEY (p(4)))",
+		"CREATE TABLE wider (p VARCHAR(64), q INT, seq BIGINT, UNIQUE KEY (p, q))",
+		"CREATE TABLE okkey (P VARCHAR(64), q INT, seq BIGINT, KEY (p), UNIQUE KEY (q, p))"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pg.Server.Exec(ctx, e.pg.Name,
+		"CREATE TABLE partial (p text, seq bigint)",
+		"CREATE UNIQUE INDEX ON partial (p) WHERE seq > 0",
+		"CREATE TABLE okkey (p text, q int, seq bigint, UNIQUE (q, p))"); err != nil {
+		t.Fatal(err)
+	}
+	cols := []sink.Column{{Name: "p", From: "partition"}, {Name: "seq", From: "$.id"}}
+	cols2 := []sink.Column{{Name: "p", From: "partition"}, {Name: "q", From: "$.id"}, {Name: "seq", From: "$.id"}}
+	up := func(name string, cols []sink.Column, key ...string) sink.Table {
+		return sink.Table{Name: name, Columns: cols, Upsert: true, Key: key}
+	}
+	my := []sink.Table{
+		e.cfg.Tables[0],
+		{Name: "events", Columns: append(slices.Clone(e.cfg.Tables[0].Columns), sink.Column{Name: "nope", From: "$.v"})},
+		{Name: "absent", Columns: cols},
+		up("nokey", cols, "p"),
+		up("prefix", cols, "p"),
+		up("wider", cols2, "p"),
+		up("okkey", cols2, "p", "q"),
+		up("latest", []sink.Column{{Name: "p", From: "partition"}, {Name: "k", From: "$.id"}, {Name: "seq", From: "$.id"}}, "p"),
+	}
+	want := []string{"", "no column nope", "missing", "the upsert key (p) is not a unique key", "the upsert key (p) is not a unique key",
+		"the upsert key (p) is not a unique key", "", ""}
+	pg := []sink.Table{up("partial", cols, "p"), up("okkey", cols2, "p", "q"), up("okkey", []sink.Column{{Name: "P", From: "partition"}, {Name: "q", From: "$.id"}}, "P", "q")}
+	wantPg := []string{"the upsert key (p) is not a unique key", "", "no column P; the upsert key (P, q)"}
+	for _, c := range []struct {
+		target sink.TargetConfig
+		tables []sink.Table
+		want   []string
+	}{{e.cfg.Targets[0], my, want}, {e.cfg.Targets[1], pg, wantPg}} {
+		got, err := sink.CheckTables(ctx, c.target, c.tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, te := range got {
+			switch {
+			case c.want[i] == "" && te != nil:
+				t.Errorf("%s: table %s fits, but CheckTables says %v", c.target.Name, c.tables[i].Name, te)
+			case c.want[i] != "" && (te == nil || !strings.Contains(te.Error(), c.want[i])):
+				t.Errorf("%s: table %s: CheckTables says %v, want %q", c.target.Name, c.tables[i].Name, te, c.want[i])
+			}
+		}
+	}
+
+	e.cfg.Tables = append(e.cfg.Tables, sink.Table{ID: "nokey", Target: tgMy, Name: "nokey", Columns: cols, Upsert: true, Key: []string{"p"}})
+	err := e.open().Run(ctx, gensource.New(gen(10, 1)), runOpts())
+	var te *sink.TableError
+	if !errors.Is(err, sink.ErrTable) || !errors.As(err, &te) || te.Table != "nokey" {
+		t.Fatalf("Run over an upsert table without its unique key: %v, want a TableError of nokey", err)
+	}
+	t.Log(err)
+	if my, pg := e.counts(); my.rows != 0 || pg.rows != 0 {
+		t.Fatalf("Run refused, but wrote %v, %v", my, pg)
 	}
 }

@@ -238,7 +238,9 @@ func (s *Sink) step(name string, h Handle) error {
 // Run runs an instance self-driven: it allocates a new incarnation, reads
 // src into the targets with checkpoints as opts say, and returns as
 // Runner.Run does (ErrFenced once every partition was taken over; nil at
-// the end of a bounded source).
+// the end of a bounded source). It refuses to start, with errors matching
+// ErrTable (each a *TableError), when a table does not fit its Table
+// (CheckTables).
 func (s *Sink) Run(ctx context.Context, src Source, opts RunOptions) error {
 	in, err := s.newInstance(ctx, false, 0, 0)
 	if err != nil {
@@ -260,6 +262,7 @@ func (s *Sink) Run(ctx context.Context, src Source, opts RunOptions) error {
 // Restore on it first after a restart. The member and generation go into
 // the XIDs in place of an incarnation; a caller's restart must use a
 // higher generation. Two live members must not share a member number.
+// Like Run, it refuses tables that do not fit (ErrTable).
 func (s *Sink) External(ctx context.Context, member, generation uint32) (*External[Handle], error) {
 	if member > MaxMember {
 		return nil, fmt.Errorf("%w: member %d above %d", ErrConfig, member, MaxMember)
@@ -271,8 +274,15 @@ func (s *Sink) External(ctx context.Context, member, generation uint32) (*Extern
 	return NewExternal[Handle](in, in), nil
 }
 
+// newInstance checks the tables (CheckTables: a table that does not fit
+// is refused here, with ErrTable, rather than by every checkpoint, or not
+// at all: an upsert without its unique key duplicates rows on MySQL), then
+// registers the instance.
 func (s *Sink) newInstance(ctx context.Context, external bool, member, generation uint32) (*instance, error) {
 	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := s.checkTables(ctx); err != nil {
 		return nil, err
 	}
 	in := &instance{s: s, external: external, generation: generation, epochs: map[string]int64{},

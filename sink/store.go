@@ -21,6 +21,10 @@ type store interface {
 	// tableExists reports whether a table ("table" or "schema.table")
 	// exists, as the sink's statements would find it.
 	tableExists(ctx context.Context, name string) (bool, error)
+	// tableShape returns a table's columns and its unique keys, as the
+	// sink's statements would find the table (exists is false if they
+	// would not).
+	tableShape(ctx context.Context, name string) (tableShape, error)
 	// slots reports the server's prepared-transaction limit and use, when
 	// its kind has one, and which server that is (databases of one
 	// server share the slots).

@@ -407,5 +407,71 @@ func (s *myStore) tableExists(ctx context.Context, name string) (bool, error) {
 	return n > 0, err
 }
 
+// tableShape reads information_schema.COLUMNS and STATISTICS: a unique
+// key is an index with NON_UNIQUE = 0 whose every part is a whole column
+// (no prefix, SUB_PART; no expression, COLUMN_NAME NULL).
+func (s *myStore) tableShape(ctx context.Context, name string) (tableShape, error) {
+	sh := tableShape{foldCase: true}
+	ok, err := s.tableExists(ctx, name)
+	if err != nil || !ok {
+		return sh, err
+	}
+	sh.exists = true
+	parts := strings.Split(name, ".")
+	var schema any
+	if len(parts) == 2 {
+		schema = parts[0]
+	}
+	table := parts[len(parts)-1]
+	rows, err := s.db.QueryContext(ctx, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+		schema, table)
+	if err != nil {
+		return sh, err
+	}
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			rows.Close()
+			return sh, err
+		}
+		sh.columns = append(sh.columns, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return sh, err
+	}
+	rows, err = s.db.QueryContext(ctx, `SELECT INDEX_NAME, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS
+		WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX`, schema, table)
+	if err != nil {
+		return sh, err
+	}
+	defer rows.Close()
+	var order []string
+	cols, whole := map[string][]string{}, map[string]bool{}
+	for rows.Next() {
+		var index string
+		var col sql.NullString
+		var sub sql.NullInt64
+		if err := rows.Scan(&index, &col, &sub); err != nil {
+			return sh, err
+		}
+		if _, seen := whole[index]; !seen {
+			order = append(order, index)
+			whole[index] = true
+		}
+		if !col.Valid || sub.Valid {
+			whole[index] = false
+			continue
+		}
+		cols[index] = append(cols[index], col.String)
+	}
+	for _, index := range order {
+		if whole[index] {
+			sh.uniques = append(sh.uniques, cols[index])
+		}
+	}
+	return sh, rows.Err()
+}
+
 // slots: MySQL and MariaDB set no limit on prepared branches.
 func (s *myStore) slots(context.Context) (string, int, int, bool, error) { return "", 0, 0, false, nil }

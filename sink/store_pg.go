@@ -309,6 +309,53 @@ func (s *pgStore) tableExists(ctx context.Context, name string) (bool, error) {
 	return ok, err
 }
 
+// tableShape reads pg_attribute and pg_index for the table to_regclass
+// finds (the search path, as the sink's statements): a unique key is a
+// valid, immediate, unique index on columns only (no expression), without
+// a predicate, as ON CONFLICT (columns) infers its arbiter.
+func (s *pgStore) tableShape(ctx context.Context, name string) (tableShape, error) {
+	var sh tableShape
+	ident := pgx.Identifier(strings.Split(name, ".")).Sanitize()
+	ok, err := s.tableExists(ctx, name)
+	if err != nil || !ok {
+		return sh, err
+	}
+	sh.exists = true
+	rows, err := s.pool.Query(ctx, `SELECT attname::text FROM pg_attribute
+		WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, ident)
+	if err != nil {
+		return sh, err
+	}
+	if sh.columns, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return sh, err
+	}
+	rows, err = s.pool.Query(ctx, `SELECT i.indexrelid::int8, a.attname::text
+		FROM pg_index i
+		CROSS JOIN LATERAL generate_series(0, i.indnkeyatts - 1) AS k(n)
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[k.n]
+		WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid AND i.indimmediate
+			AND i.indpred IS NULL AND i.indexprs IS NULL
+		ORDER BY 1, k.n`, ident)
+	if err != nil {
+		return sh, err
+	}
+	defer rows.Close()
+	last := int64(-1)
+	for rows.Next() {
+		var index int64
+		var col string
+		if err := rows.Scan(&index, &col); err != nil {
+			return sh, err
+		}
+		if index != last {
+			sh.uniques = append(sh.uniques, nil)
+			last = index
+		}
+		sh.uniques[len(sh.uniques)-1] = append(sh.uniques[len(sh.uniques)-1], col)
+	}
+	return sh, rows.Err()
+}
+
 func (s *pgStore) slots(ctx context.Context) (server string, max, inUse int, limited bool, err error) {
 	err = s.pool.QueryRow(ctx, `SELECT coalesce(host(inet_server_addr()), 'local socket') || ':' || current_setting('port'),
 		current_setting('max_prepared_transactions')::int, (SELECT count(*) FROM pg_prepared_xacts)::int`).Scan(&server, &max, &inUse)

@@ -52,7 +52,8 @@ in use, the participants it delegated decisions to, and the heuristic
 records an operator has yet to clear. Then what recovery would do with the
 branches of ours (xactl list shows each), by verdict, with a reason. Last,
 per configured sink: its bookkeeping tables (xactl sink setup) and the
-tables it writes; on PostgreSQL targets, max_prepared_transactions against
+tables it writes (each there, with every mapped column and, for an upsert,
+a primary key or unique index on exactly its key columns); on PostgreSQL targets, max_prepared_transactions against
 what the sinks' instances may hold prepared at once (instances × (1 +
 checkpoint.max_pending) per target) plus the transaction manager's pools
 (max_conns, default 32) on the same server; on MySQL targets, what XA

@@ -79,8 +79,16 @@ type sinkSetupView struct {
 	Sink     string   `json:"sink"`
 	Progress string   `json:"progress"`
 	Tables   []string `json:"tables"`
-	// Missing are the tables the sink writes that do not exist yet.
+	// Missing are the tables the sink writes that do not exist yet
+	// ("target: table").
 	Missing []string `json:"missing"`
+	// Unfit are the tables that exist but do not fit the sink: a mapped
+	// column they lack, an upsert key that is no unique key of theirs
+	// ("target: table: what is wrong"); sink run refuses them.
+	Unfit []string `json:"unfit"`
+	// Unchecked are the tables whose target's catalogue could not be read
+	// ("target: table: the error").
+	Unchecked []string `json:"unchecked"`
 }
 
 func newSinkSetup(g *globals) *cobra.Command {
@@ -90,8 +98,12 @@ func newSinkSetup(g *globals) *cobra.Command {
 		Long: `Create xa_sink_progress, xa_sink_decisions and xa_sink_instances in the
 sink's progress target (progress:, default its first target) where they are
 missing; run it once before the sink's first instance. It is idempotent.
+It first opens the sink's targets as sink run does, and refuses (exit 1)
+what their start-up checks refuse there: a PostgreSQL target whose
+max_prepared_transactions is 0 cannot prepare, and so on.
 The tables the sink writes are yours to create; setup says which are
-missing.`,
+missing, and which lack a mapped column or, for an upsert, a primary key or
+unique index on exactly its key columns (sink run refuses those).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, sc, err := g.loadSink(args[0])
@@ -100,21 +112,44 @@ missing.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
+			// Open the sink as sink run does, so that its targets' start-up
+			// checks refuse here what they would refuse there (a PostgreSQL
+			// target without prepared transactions: max_prepared_transactions
+			// = 0), with the same message, before anything is created.
+			cfg := c.SinkConfig(sc)
+			cfg.Logger = g.sinkLogger()
+			s, err := sink.Open(ctx, cfg)
+			if err != nil {
+				return fmt.Errorf("sink %s: %w", sc.Name, err)
+			}
+			s.Close()
 			if err := sink.Setup(ctx, c.ProgressTarget(sc)); err != nil {
 				return fmt.Errorf("sink %s: creating its tables in %s: %w", sc.Name, sc.Progress, err)
 			}
-			v := sinkSetupView{Sink: sc.Name, Progress: sc.Progress, Tables: sink.Tables(), Missing: []string{}}
-			for _, t := range sc.Tables {
-				p, _ := c.Participant(t.Target)
-				ok, err := tableExists(ctx, c, p, t.Name)
-				if err == nil && !ok {
+			v := sinkSetupView{Sink: sc.Name, Progress: sc.Progress, Tables: sink.Tables(), Missing: []string{}, Unfit: []string{}, Unchecked: []string{}}
+			tables := sc.SinkTables()
+			unfit, errs := checkSinkTables(ctx, c, tables)
+			for i, t := range tables {
+				switch te := unfit[i]; {
+				case errs[i] != nil:
+					v.Unchecked = append(v.Unchecked, t.Target+": "+t.Name+": "+errs[i].Error())
+				case te == nil:
+				case te.Missing:
 					v.Missing = append(v.Missing, t.Target+": "+t.Name)
+				default:
+					v.Unfit = append(v.Unfit, t.Target+": "+t.Name+": "+te.Problem())
 				}
 			}
 			return g.out.result(v, func(w io.Writer) {
 				fmt.Fprintf(w, "Sink %s: its tables are in place in %s (%s).\n", v.Sink, v.Progress, strings.Join(v.Tables, ", "))
 				for _, m := range v.Missing {
 					fmt.Fprintf(w, "The sink writes table %s, which does not exist yet: create it before xactl sink run.\n", m)
+				}
+				for _, m := range v.Unfit {
+					fmt.Fprintf(w, "The sink writes table %s: fix it before xactl sink run, which refuses it (xactl doctor says how).\n", m)
+				}
+				for _, m := range v.Unchecked {
+					fmt.Fprintf(w, "The sink writes table %s: could not be checked.\n", m)
 				}
 			})
 		},
@@ -141,9 +176,10 @@ partitions move to the other instances at once. A generator or file source
 ends by itself: everything read is committed, and it exits 0.
 
 Every --progress-every (default 5s) a line on stderr says the records
-committed and their rate, the lag (the source's end minus the positions in
-the progress table, summed over the partitions: for Kafka the high
-watermark), the last checkpoint and its duration, and the checkpoints
+committed and their rate, the lag in records (the source's end minus the
+positions in the progress table, summed over the partitions: for Kafka the
+high watermark; for a file, the non-empty lines past its byte position),
+the last checkpoint and its duration, and the checkpoints
 prepared and pending. --metrics-addr serves Prometheus metrics (xa_sink_*)
 on /metrics.
 
@@ -271,6 +307,8 @@ func runHint(err error, name string) string {
 		return "\nEvery partition of this instance was taken over by another instance (it was too slow, or cut off): nothing it wrote after the takeover lands. Another instance holds its partitions."
 	case errors.Is(err, sink.ErrUnresolved):
 		return fmt.Sprintf("\nA checkpoint's decision could not be settled: the next instance's restore settles it through the abort marker (xactl sink status %s shows its branches).", name)
+	case errors.Is(err, sink.ErrTable):
+		return fmt.Sprintf("\nA table the sink writes does not fit its configuration: nothing was written. xactl doctor says how to fix it (the sink %s section).", name)
 	case errors.Is(err, sink.ErrAborted):
 		return "\nCheckpoints kept aborting: see the reason above; the records were not written (the positions did not move)."
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xadb/xa/internal/cli"
+	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/sink/gensource"
 )
@@ -741,6 +743,158 @@ func TestSinkConfigErrors(t *testing.T) {
 		for _, cmd := range [][]string{{"sink", "run", "orders"}, {"sink", "status", "orders"}, {"sink", "setup", "orders"}, {"list"}, {"doctor"}} {
 			r := xactl(t, append([]string{"--config", path}, cmd...)...).want(t, 2)
 			r.stderrHas(t, c.want)
+		}
+	}
+}
+
+// sinkTablesConfig writes a configuration with the test's participants
+// (more participants' YAML after them) and one sink named after the node:
+// source and tables (with any more sink settings after them) are YAML
+// indented under the sink, which writes to targets.
+func (e *sinkEnv) sinkTablesConfig(file, participants, source, targets, tables string) string {
+	e.t.Helper()
+	var b strings.Builder
+	b.WriteString(e.configText(""))
+	b.WriteString(participants)
+	fmt.Fprintf(&b, "sinks:\n  - name: %s\n    source:\n", e.name)
+	for _, l := range strings.Split(strings.TrimSpace(source), "\n") {
+		fmt.Fprintf(&b, "      %s\n", l)
+	}
+	fmt.Fprintf(&b, "    targets: [%s]\n    tables:\n", targets)
+	b.WriteString(tables)
+	return e.writeConfig(file, b.String())
+}
+
+// TestSinkDoctorTablesFit checks that doctor and setup compare the tables
+// the sink writes with their catalogues — a mapped column the table lacks,
+// an upsert key that is no unique key of the table — and that sink run
+// refuses such a table up front, writing nothing. Found by an adversarial
+// review: doctor said "present" (ok, exit 0) for both, and on MariaDB the
+// upsert without its unique key inserted a row per record ("doctor (exit
+// 0): table pg: events is "present" (ok), though the sink maps column
+// nope, which it does not have"; "table maria: latest is "present" (ok),
+// though its upsert key (p) is not a unique key of the table"; "upsert on
+// key p (one partition, two records in two checkpoints) left 2 rows in
+// latest, want 1").
+func TestSinkDoctorTablesFit(t *testing.T) {
+	e := newSinkEnv(t)
+	e.logCommit()
+	if err := e.my.Server.Exec(e.ctx, e.my.Name, "CREATE TABLE latest (p VARCHAR(64), seq BIGINT) ENGINE=InnoDB"); err != nil {
+		t.Fatal(err)
+	}
+	targets := myName + ", " + pgName
+	tables := fmt.Sprintf(`      - target: %s
+        name: latest
+        columns: {p: partition, seq: $.seq}
+        mode: upsert
+        key: [p]
+      - target: %s
+        name: events
+        columns: {id: $.id, p: partition, seq: $.seq, body: $, nope: $.v}
+`, myName, pgName)
+	cfg := e.sinkTablesConfig("cols.yaml", "", "kind: generator\nrecords: 10\npartitions: 2", targets, tables)
+	r := e.runWith(cfg, "sink", "setup", e.name).want(t, 0)
+	r.stdoutHas(t, "table "+pgName+": events: no column nope: fix it before xactl sink run")
+	r.stdoutHas(t, "table "+myName+": latest: the upsert key (p) is not a unique key")
+	r = e.runWith(cfg, "doctor", "-o", "json").want(t, 1)
+	var out doctorJSON
+	r.json(t, &out)
+	fs := doctorFindings(out, "sink "+e.name)
+	if f := fs["table "+pgName+": events"]; f.Severity != "FAIL" || f.Value != "present, but no column nope" || !strings.Contains(f.Fix, "add the column nope to events") {
+		t.Errorf("doctor: table %s: events, which lacks the mapped column nope: %+v", pgName, f)
+	}
+	if f := fs["table "+myName+": latest"]; f.Severity != "FAIL" || !strings.Contains(f.Value, "the upsert key (p) is not a unique key") ||
+		!strings.Contains(f.Fix, "ALTER TABLE latest ADD UNIQUE (p)") {
+		t.Errorf("doctor: table %s: latest, whose upsert key (p) is no unique key: %+v", myName, f)
+	}
+
+	// sink run refuses the upsert without its unique key (on MariaDB it
+	// would insert a row per record), before it writes anything.
+	path := filepath.Join(e.dir, "up.ndjson")
+	if err := os.WriteFile(path, []byte(`{"seq": 1}`+"\n"+`{"seq": 2}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	one := fmt.Sprintf(`      - target: %s
+        name: latest
+        columns: {p: partition, seq: $.seq}
+        mode: upsert
+        key: [p]
+`, myName)
+	cfg = e.sinkTablesConfig("upsert.yaml", "", "kind: file\npaths: ["+fmt.Sprintf("%q", path)+"]", targets, one)
+	r = e.runWith(cfg, "sink", "run", e.name, "--progress-every", "0").want(t, 1)
+	r.stderrHas(t, "table latest: the upsert key (p) is not a unique key")
+	r.stderrHas(t, "nothing was written")
+	db, err := sql.Open("mysql", e.my.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(e.ctx, "SELECT COUNT(*) FROM latest").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("sink run refused the table, but latest holds %d rows", n)
+	}
+
+	// With the unique key, it runs: one row per key.
+	if err := e.my.Server.Exec(e.ctx, e.my.Name, "ALTER TABLE latest ADD UNIQUE (p)"); err != nil {
+		t.Fatal(err)
+	}
+	e.runWith(cfg, "sink", "run", e.name, "--progress-every", "0").want(t, 0)
+	if err := db.QueryRowContext(e.ctx, "SELECT COUNT(*) FROM latest").Scan(&n); err != nil || n != 1 {
+		t.Errorf("upsert on key p (one partition) left %d rows in latest (%v), want 1", n, err)
+	}
+}
+
+// TestSinkStatusFileLag checks that sink status's lag of a file source
+// counts records (its non-empty lines past the byte position), not bytes.
+// Found by an adversarial review: the lag was the file's size minus the
+// byte position, printed as records ("3 records not read yet; status
+// says: Lag: 60 records over 1 partition.").
+func TestSinkStatusFileLag(t *testing.T) {
+	e := newSinkEnv(t)
+	path := filepath.Join(e.dir, "in.ndjson")
+	lines := `{"id": 1, "seq": 1}` + "\n" + `{"id": 2, "seq": 2}` + "\n\n" + `{"id": 3, "seq": 3}` + "\n"
+	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tables := fmt.Sprintf("      - target: %s\n        name: events\n        columns: {id: $.id, p: partition, seq: $.seq}\n", pgName)
+	cfg := e.sinkTablesConfig("file.yaml", "", "kind: file\npaths: ["+fmt.Sprintf("%q", path)+"]", myName+", "+pgName, tables)
+	e.runWith(cfg, "sink", "setup", e.name).want(t, 0)
+	r := e.runWith(cfg, "sink", "status", e.name)
+	t.Logf("sink status:\n%s", r.stdout)
+	r.stdoutHas(t, "Lag: 3 records over 1 partition")
+}
+
+// TestSinkPreparedTransactionsDisabled checks that sink setup and sink run
+// refuse up front, with the PostgreSQL driver's start-up check's message,
+// a target whose max_prepared_transactions is 0 (it cannot prepare). Before,
+// sink run refused it (the driver's check when the sink opens its targets)
+// but sink setup did not: it created the bookkeeping tables and exited 0.
+func TestSinkPreparedTransactionsDisabled(t *testing.T) {
+	e := newSinkEnv(t)
+	off := dbtest.NewPostgresServer(t, dbtest.Setting("max_prepared_transactions", "0")).CreateDB(t)
+	if err := off.Server.Exec(e.ctx, off.Name, eventsDDL); err != nil {
+		t.Fatal(err)
+	}
+	part := fmt.Sprintf("  - name: pgoff\n    driver: postgres\n    dsn: %s\n", strconv.Quote(off.DSN()))
+	tables := "      - target: pgoff\n        name: events\n        columns: {id: $.id, p: partition, seq: $.seq}\n"
+	cfg := e.sinkTablesConfig("off.yaml", part, "kind: generator\nrecords: 10", myName+", pgoff", tables)
+	for _, cmd := range []string{"setup", "run"} {
+		r := e.runWith(cfg, "sink", cmd, e.name).want(t, 1)
+		for _, want := range []string{"sink " + e.name + ": sink: opening target pgoff", "max_prepared_transactions", "postgresql.conf"} {
+			r.stderrHas(t, want)
+		}
+		t.Logf("sink %s: %s", cmd, r.stderr)
+	}
+	got, err := sink.TablesExist(e.ctx, sink.TargetConfig{Name: myName, Driver: sink.DriverMySQL, DSN: e.my.DSN()}, sink.Tables())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range sink.Tables() {
+		if got[tb] {
+			t.Errorf("sink setup refused, but created %s", tb)
 		}
 	}
 }

@@ -17,11 +17,55 @@ func targetOf(c *config.Config, name string) sink.TargetConfig {
 	return sink.TargetConfig{Name: p.Name, Driver: p.Driver, DSN: p.DSN, MaxConns: p.MaxConns}
 }
 
-// tableExists asks participant p whether its table name exists, as the
-// sink's statements would find it.
-func tableExists(ctx context.Context, c *config.Config, p config.Participant, name string) (bool, error) {
-	got, err := sink.TablesExist(ctx, targetOf(c, p.Name), []string{name})
-	return got[name], err
+// checkSinkTables compares tables (the sink's) with their targets'
+// catalogues (sink.CheckTables): per table, in order, how it does not fit
+// (nil: it fits), or the error that kept its target's catalogue from
+// being read.
+func checkSinkTables(ctx context.Context, c *config.Config, tables []sink.Table) ([]*sink.TableError, []error) {
+	unfit, errs := make([]*sink.TableError, len(tables)), make([]error, len(tables))
+	byTarget := map[string][]int{}
+	var targets []string
+	for i, t := range tables {
+		if byTarget[t.Target] == nil {
+			targets = append(targets, t.Target)
+		}
+		byTarget[t.Target] = append(byTarget[t.Target], i)
+	}
+	for _, target := range targets {
+		idx := byTarget[target]
+		on := make([]sink.Table, len(idx))
+		for j, i := range idx {
+			on[j] = tables[i]
+		}
+		got, err := sink.CheckTables(ctx, targetOf(c, target), on)
+		for j, i := range idx {
+			if err != nil {
+				errs[i] = err
+			} else {
+				unfit[i] = got[j]
+			}
+		}
+	}
+	return unfit, errs
+}
+
+// tableFix says how to make a table that is there fit the sink.
+func tableFix(te *sink.TableError) string {
+	var fix []string
+	if len(te.Columns) > 0 {
+		word := "column"
+		if len(te.Columns) > 1 {
+			word = "columns"
+		}
+		fix = append(fix, fmt.Sprintf("add the %s %s to %s, or map only columns it has (every checkpoint would abort; sink run refuses the table meanwhile)",
+			word, strings.Join(te.Columns, ", "), te.Table))
+	}
+	if te.Key != nil {
+		key := strings.Join(te.Key, ", ")
+		fix = append(fix, fmt.Sprintf("give %s a primary key or unique index on exactly (%s), e.g. ALTER TABLE %s ADD UNIQUE (%s): without one, MySQL's ON DUPLICATE KEY UPDATE inserts a row per record and PostgreSQL's ON CONFLICT refuses; sink run refuses the table meanwhile",
+			te.Table, key, te.Table, key))
+	}
+	return strings.Join(fix, "; ")
 }
 
 // slotNeeds is what the configuration asks of one PostgreSQL server's
@@ -122,25 +166,29 @@ func doctorSink(ctx context.Context, c *config.Config, sc config.Sink, checked m
 			add("sink tables", fmt.Sprintf("present in %s (%s)", sc.Progress, strings.Join(sink.Tables(), ", ")), xa.SeverityOK, "")
 		}
 	}
-	// The tables it writes.
-	for _, t := range sc.Tables {
+	// The tables it writes: there, with every mapped column and an
+	// upsert's unique key.
+	tables := sc.SinkTables()
+	unfit, errs := checkSinkTables(ctx, c, tables)
+	for i, t := range tables {
 		name := "table " + t.Target + ": " + t.Name
-		got, err := sink.TablesExist(ctx, targetOf(c, t.Target), []string{t.Name})
-		switch {
-		case err != nil:
-			add(name, "could not be checked: "+err.Error(), xa.SeverityFail, "see participant "+t.Target+"; the sink's user must be able to read its catalogue")
-		case !got[t.Name]:
+		switch te := unfit[i]; {
+		case errs[i] != nil:
+			add(name, "could not be checked: "+errs[i].Error(), xa.SeverityFail, "see participant "+t.Target+"; the sink's user must be able to read its catalogue")
+		case te == nil:
+			add(name, "present", xa.SeverityOK, "")
+		case te.Missing:
 			cols := make([]string, 0, len(t.Columns))
-			for _, col := range sink.ColumnsFromMap(t.Columns) {
+			for _, col := range t.Columns {
 				cols = append(cols, col.Name)
 			}
 			fix := fmt.Sprintf("create it with the columns %s", strings.Join(cols, ", "))
-			if t.Mode == config.ModeUpsert {
+			if t.Upsert {
 				fix += fmt.Sprintf(" and a unique key on (%s)", strings.Join(t.Key, ", "))
 			}
 			add(name, "missing", xa.SeverityFail, fix)
 		default:
-			add(name, "present", xa.SeverityOK, "")
+			add(name, "present, but "+te.Problem(), xa.SeverityFail, tableFix(te))
 		}
 	}
 
