@@ -160,6 +160,8 @@ func viewEntry(e filelog.Entry) entryView {
 	case filelog.RecordClear:
 		v.XID = e.XID.String()
 		v.Detail = map[string]string{"participant": e.RM}
+	case filelog.RecordLink:
+		v.Detail = map[string]string{"previous_segment": fmt.Sprint(e.Link.Segment), "previous_size": fmt.Sprint(e.Link.Size)}
 	}
 	return v
 }
@@ -184,6 +186,8 @@ func (v entryView) detailText() string {
 		return fmt.Sprintf("on %s: %s%s %s", d["participant"], d["action"], forced, d["reason"])
 	case "clear":
 		return "heuristic records on " + d["participant"]
+	case "link":
+		return fmt.Sprintf("segment %s ends at byte %s", d["previous_segment"], d["previous_size"])
 	}
 	return ""
 }
@@ -321,7 +325,7 @@ found.`,
 			v := verifyView{
 				Dir: rep.Dir, Identity: viewIdentity(rep.Identity), InUse: rep.InUse, Segments: len(rep.Segments),
 				Records: map[string]int{"commit": rc.Commit, "forget": rc.Forget, "heuristic": rc.Heuristic, "clear": rc.Clear,
-					"abort": rc.Abort, "forget-abort": rc.ForgetAbort, "delegation": rc.Delegation},
+					"abort": rc.Abort, "forget-abort": rc.ForgetAbort, "delegation": rc.Delegation, "link": rc.Link},
 				LiveCommits: rep.LiveCommits, LiveAborts: rep.LiveAborts, Delegations: rep.Delegations, LiveHeuristics: rep.LiveHeuristics,
 				Corruption: []string{}, OK: len(rep.Corruption) == 0,
 			}

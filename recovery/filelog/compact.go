@@ -6,42 +6,43 @@ import (
 )
 
 // rotate closes the active segment (already synced) and starts the next
-// one, then compacts. It runs on the writer goroutine.
+// one, whose link record gives the closed segment's length, then compacts
+// and writes HEAD. It runs on the writer goroutine.
 func (l *Log) rotate() error {
 	// Only the last segment may end in a torn write or zeros: cut the
 	// preallocated space and sync forget records written without a sync
-	// before the segment is closed for good.
+	// before the segment is closed for good. Its length is final then.
 	if err := l.trim(); err != nil {
 		return err
 	}
 	next := l.activeNum + 1
-	f, err := l.createSegment(next)
+	f, err := l.createSegment(next, &Link{Segment: l.activeNum, Size: l.activeSize})
 	if err != nil {
 		return err
 	}
+	start := int64(headerSize + frameHeader + linkPayload)
 	if err := l.active.Close(); err != nil {
 		// Its data was synced before; a close error loses nothing.
 		l.logger.Warn("decision log: closing full segment", "file", segmentName(l.activeNum), "err", err)
 	}
-	l.active, l.activeNum, l.activeSize, l.allocated = f, next, headerSize, headerSize
+	l.active, l.activeNum, l.activeSize, l.allocated = f, next, start, start
 	l.mu.Lock()
-	l.st.seg(next).size = headerSize
+	l.st.seg(next).size = start
 	l.mu.Unlock()
 	return l.compact()
 }
 
 // compact retires old segments: it copies their live records into the
-// active segment, syncs, and only then removes them, oldest first, syncing
-// the directory after each removal so that a crash never leaves a gap.
-// It runs on the writer goroutine.
+// active segment, syncs, writes HEAD (naming the active segment as the
+// newest, and the first segment kept as the first), and only then removes
+// them, oldest first, syncing the directory after each removal so that a
+// crash never leaves a gap. It runs on the writer goroutine, after each
+// rotation: HEAD is written even when nothing is retired.
 func (l *Log) compact() error {
 	l.mu.Lock()
-	first := l.first
+	first, head := l.first, l.head
 	retire, copies := l.st.plan(first, l.activeNum, l.opts.SegmentSize)
 	l.mu.Unlock()
-	if len(retire) == 0 {
-		return nil
-	}
 	if len(copies) > 0 {
 		l.buf = l.buf[:0]
 		for _, r := range copies {
@@ -63,6 +64,19 @@ func (l *Log) compact() error {
 		}
 		l.st.seg(l.activeNum).size += int64(len(l.buf))
 		l.mu.Unlock()
+	}
+	// Segments below HEAD's first may be missing after a crash; from it
+	// on they may not. A removal that failed before leaves segments below
+	// it, which is sound.
+	h := Head{Newest: l.activeNum, First: max(first, head.First)}
+	if len(retire) > 0 {
+		h.First = max(h.First, retire[len(retire)-1]+1)
+	}
+	if err := l.writeHead(h); err != nil {
+		return err
+	}
+	if len(retire) == 0 {
+		return nil
 	}
 	for _, n := range retire {
 		name := segmentName(n)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -352,4 +354,422 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// openCorrupt opens dir, which must be corrupt, and checks that Open,
+// ReadSnapshot, Verify and Dump all say so with the same first
+// *CorruptError, that it names file and its message mentions each of
+// names, and that nothing in dir changed. It returns the error.
+func openCorrupt(t *testing.T, dir, file string, names ...string) *CorruptError {
+	t.Helper()
+	before := dirHashes(t, dir)
+	l, err := Open(dir, withClock(Options{NoSync: true}))
+	if err == nil {
+		got, _ := l.Commits(context.Background())
+		mustClose(t, l)
+		t.Fatalf("Open succeeded (%d live commit records), want ErrCorrupt", len(got))
+	}
+	var ce *CorruptError
+	if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) {
+		t.Fatalf("Open: %v, want ErrCorrupt", err)
+	}
+	t.Logf("Open: %v", err)
+	if ce.File != file {
+		t.Errorf("Open: %v; want it to name %s", err, file)
+	}
+	for _, n := range append(names, file) {
+		if !strings.Contains(err.Error(), n) {
+			t.Errorf("Open: %v; want it to mention %s", err, n)
+		}
+	}
+	if _, err := ReadSnapshot(dir); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("ReadSnapshot: %v, want ErrCorrupt", err)
+	}
+	rep, verr := Verify(dir)
+	if c := rep.Corruption; !errors.Is(verr, ErrCorrupt) || len(c) == 0 || c[0].File != ce.File || c[0].Offset != ce.Offset ||
+		!strings.HasPrefix(ce.Reason, c[0].Reason) {
+		t.Errorf("Verify: %v, %+v; want the error of Open first", verr, rep.Corruption)
+	}
+	if err := Dump(dir, func(Entry) error { return nil }); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Dump: %v, want ErrCorrupt", err)
+	}
+	if !maps.Equal(before, dirHashes(t, dir)) {
+		t.Fatal("Open, ReadSnapshot, Verify or Dump of a corrupt log modified the directory")
+	}
+	return ce
+}
+
+// TestLastSegmentMissing: the newest segment file goes missing (an
+// incomplete copy or restore of the log directory, a file lost by the file
+// system). The segments left are each sound, and no segment says that
+// another follows it: HEAD does.
+func TestLastSegmentMissing(t *testing.T) {
+	dir := t.TempDir()
+	buildLog(t, dir, 20)
+	segs := segFiles(t, dir)
+	if err := os.Remove(segs[len(segs)-1]); err != nil {
+		t.Fatal(err)
+	}
+	openCorrupt(t, dir, headName, filepath.Base(segs[len(segs)-1]), filepath.Base(segs[len(segs)-2]))
+}
+
+// TestLastSegmentsMissing: the newest two segments missing.
+func TestLastSegmentsMissing(t *testing.T) {
+	dir := t.TempDir()
+	buildLog(t, dir, 20)
+	segs := segFiles(t, dir)
+	for _, s := range segs[len(segs)-2:] {
+		if err := os.Remove(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	openCorrupt(t, dir, headName, filepath.Base(segs[len(segs)-2]), filepath.Base(segs[len(segs)-1]))
+}
+
+// TestOldestSegmentMissing: the oldest segment goes missing although
+// compaction never retired it (its live records were never copied
+// forward). HEAD says where the log starts.
+func TestOldestSegmentMissing(t *testing.T) {
+	dir := t.TempDir()
+	buildLog(t, dir, 20)
+	segs := segFiles(t, dir)
+	if err := os.Remove(segs[0]); err != nil {
+		t.Fatal(err)
+	}
+	openCorrupt(t, dir, filepath.Base(segs[1]), filepath.Base(segs[0]))
+}
+
+// TestMiddleSegmentCutAtRecordBoundary: a segment that is not the last,
+// cut exactly at a record boundary (losing its final records, each frame
+// left intact): the link record of the next segment says how long it was.
+func TestMiddleSegmentCutAtRecordBoundary(t *testing.T) {
+	for _, keep := range []string{"all but the last record", "no record", "the link record only"} {
+		t.Run(keep, func(t *testing.T) {
+			dir := t.TempDir()
+			buildLog(t, dir, 20)
+			segs := segFiles(t, dir)
+			victim := segs[0]
+			if keep == "the link record only" {
+				victim = segs[1]
+			}
+			offs, end := frames(t, victim)
+			cut := offs[len(offs)-1]
+			switch keep {
+			case "no record":
+				cut = headerSize
+			case "the link record only":
+				cut = offs[1]
+			}
+			rewrite(t, victim, func(b []byte) []byte { return b[:cut] })
+			next := filepath.Base(segs[slices.Index(segs, victim)+1])
+			ce := openCorrupt(t, dir, filepath.Base(victim), next)
+			if ce.Offset != int64(cut) || !strings.Contains(ce.Reason, fmt.Sprint(end)) || !strings.Contains(ce.Reason, "cut") {
+				t.Errorf("error %v; want offset %d and the length %d the link says", ce, cut, end)
+			}
+		})
+	}
+}
+
+// TestSegmentReplacedByLongerOne: a segment longer than the link record
+// after it says (another log's file, or an older one put back that went
+// on being written): corrupt.
+func TestSegmentReplacedByLongerOne(t *testing.T) {
+	dir := t.TempDir()
+	buildLog(t, dir, 20)
+	segs := segFiles(t, dir)
+	_, end := frames(t, segs[0])
+	c, _ := commitRec(gid(999), 1).MarshalBinary()
+	rewrite(t, segs[0], func(b []byte) []byte { return appendFrame(b, RecordCommit, c) })
+	ce := openCorrupt(t, dir, filepath.Base(segs[0]), filepath.Base(segs[1]))
+	if !strings.Contains(ce.Reason, fmt.Sprint(end)) || !strings.Contains(ce.Reason, "more than") {
+		t.Errorf("error %v", ce)
+	}
+}
+
+// TestLinkAndHeadDamage: damage to the link records and HEAD themselves.
+func TestLinkAndHeadDamage(t *testing.T) {
+	tests := []struct {
+		name   string
+		damage func(t *testing.T, dir string, segs []string) (file string)
+		reason string
+	}{
+		{
+			name: "HEAD missing",
+			damage: func(t *testing.T, dir string, segs []string) string {
+				if err := os.Remove(filepath.Join(dir, headName)); err != nil {
+					t.Fatal(err)
+				}
+				return headName
+			},
+			reason: "missing, but",
+		},
+		{
+			name: "HEAD damaged",
+			damage: func(t *testing.T, dir string, segs []string) string {
+				rewrite(t, filepath.Join(dir, headName), func(b []byte) []byte { b[13] ^= 1; return b })
+				return headName
+			},
+			reason: "HEAD checksum mismatch",
+		},
+		{
+			name: "HEAD empty",
+			damage: func(t *testing.T, dir string, segs []string) string {
+				rewrite(t, filepath.Join(dir, headName), func(b []byte) []byte { return nil })
+				return headName
+			},
+			reason: "HEAD of 0 bytes",
+		},
+		{
+			name: "link record removed",
+			damage: func(t *testing.T, dir string, segs []string) string {
+				offs, _ := frames(t, segs[1])
+				rewrite(t, segs[1], func(b []byte) []byte { return append(b[:headerSize:headerSize], b[offs[1]:]...) })
+				return filepath.Base(segs[1])
+			},
+			reason: "does not start with a link record",
+		},
+		{
+			name: "link record naming another segment",
+			damage: func(t *testing.T, dir string, segs []string) string {
+				offs, _ := frames(t, segs[1])
+				_, end := frames(t, segs[0])
+				rewrite(t, segs[1], func(b []byte) []byte {
+					b2 := appendFrame(b[:headerSize:headerSize], RecordLink, encodeLink(Link{Segment: 7, Size: int64(end)}))
+					return append(b2, b[offs[1]:]...)
+				})
+				return filepath.Base(segs[1])
+			},
+			reason: "names segment 00000000000000000007.wal",
+		},
+		{
+			name: "link record in the middle of a segment",
+			damage: func(t *testing.T, dir string, segs []string) string {
+				last := segs[len(segs)-1]
+				rewrite(t, last, func(b []byte) []byte {
+					return appendFrame(b, RecordLink, encodeLink(Link{Segment: 1, Size: 100}))
+				})
+				return filepath.Base(last)
+			},
+			reason: "where none belongs",
+		},
+		{
+			name: "link record in segment 1",
+			damage: func(t *testing.T, dir string, segs []string) string {
+				rewrite(t, segs[0], func(b []byte) []byte {
+					b2 := appendFrame(b[:headerSize:headerSize], RecordLink, encodeLink(Link{Segment: 1, Size: 100}))
+					return append(b2, b[headerSize:]...)
+				})
+				return filepath.Base(segs[0])
+			},
+			reason: "where none belongs",
+		},
+		{
+			name: "segment of version 2 after one of version 3",
+			damage: func(t *testing.T, dir string, segs []string) string {
+				rewrite(t, segs[1], func(b []byte) []byte { return downgradeSegment(t, b, 2) })
+				return filepath.Base(segs[1])
+			},
+			reason: "format version 2 (before links) after one of version 3",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			buildLog(t, dir, 20)
+			file := tt.damage(t, dir, segFiles(t, dir))
+			ce := openCorrupt(t, dir, file)
+			if !strings.Contains(ce.Reason, tt.reason) {
+				t.Errorf("error %v; want a reason with %q", ce, tt.reason)
+			}
+		})
+	}
+}
+
+// downgradeSegment returns segment n (the content b) as format version 2
+// wrote it: the version in the header, no link record.
+func downgradeSegment(t *testing.T, b []byte, n uint64) []byte {
+	t.Helper()
+	out := slices.Clone(b[:headerSize])
+	binary.LittleEndian.PutUint32(out[8:12], formatNoLink)
+	binary.LittleEndian.PutUint32(out[20:24], crc32.Checksum(out[:20], castagnoli))
+	off := headerSize
+	if n > 1 {
+		typ, _, end, bad := parseFrame(b, off)
+		if bad != "" || typ != RecordLink {
+			t.Fatalf("segment %d does not start with a link record", n)
+		}
+		off = end
+	}
+	return append(out, b[off:]...)
+}
+
+// TestLogOfVersion2: a log written before links and HEAD (segments of
+// format version 2, no HEAD) opens with every record; Open writes HEAD,
+// the segments it starts are of version 3, and from then on the checks
+// hold.
+func TestLogOfVersion2(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	recs := buildLog(t, dir, 20)
+	for _, s := range segFiles(t, dir) {
+		n, _ := parseSegmentName(filepath.Base(s))
+		rewrite(t, s, func(b []byte) []byte { return downgradeSegment(t, b, n) })
+	}
+	if err := os.Remove(filepath.Join(dir, headName)); err != nil {
+		t.Fatal(err)
+	}
+	segs := segFiles(t, dir)
+	rep, err := Verify(dir)
+	if err != nil || rep.Head != nil || rep.Records.Link != 0 {
+		t.Fatalf("Verify of a version 2 log: %v, %+v", err, rep)
+	}
+	before := dirHashes(t, dir)
+	if _, err := ReadSnapshot(dir); err != nil {
+		t.Fatalf("ReadSnapshot: %v", err)
+	}
+	if !maps.Equal(before, dirHashes(t, dir)) {
+		t.Fatal("Verify or ReadSnapshot modified the log")
+	}
+
+	l := mustOpen(t, dir, Options{NoSync: true, SegmentSize: 1500})
+	got, err := l.Commits(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(recs) {
+		t.Fatalf("Open of a version 2 log: %d of %d commit records", len(got), len(recs))
+	}
+	b, err := os.ReadFile(filepath.Join(dir, headName))
+	if err != nil {
+		t.Fatalf("Open wrote no HEAD: %v", err)
+	}
+	newest, _ := parseSegmentName(filepath.Base(segs[len(segs)-1]))
+	if h, bad := parseHead(b); bad != "" || h.Newest != newest || h.First != 1 {
+		t.Fatalf("HEAD after Open: %+v %s, want newest %d, first 1", h, bad, newest)
+	}
+	// Rotate into segments of version 3.
+	for i := range 20 {
+		if err := l.LogCommit(ctx, commitRec(gid(1000+i), 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClose(t, l)
+	after := segFiles(t, dir)
+	if len(after) <= len(segs) {
+		t.Fatalf("no rotation: %d segments before, %d after", len(segs), len(after))
+	}
+	lastB, err := os.ReadFile(after[len(after)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := parseHeader(lastB, newest+uint64(len(after)-len(segs))); v != formatVersion {
+		t.Fatalf("new segment of format version %d", v)
+	}
+	if rep, err := Verify(dir); err != nil || rep.Head == nil || rep.Head.Newest != newest+uint64(len(after)-len(segs)) || rep.Records.Link == 0 {
+		t.Fatalf("Verify after rotating: %v, %+v", err, rep)
+	}
+	// The newest segment, now of version 3, is watched by HEAD.
+	if err := os.Remove(after[len(after)-1]); err != nil {
+		t.Fatal(err)
+	}
+	openCorrupt(t, dir, headName, filepath.Base(after[len(after)-1]))
+}
+
+// TestHeadLagging: HEAD naming the segment before the newest (a crash
+// between starting a segment and writing HEAD) is sound; Open brings HEAD
+// up to date.
+func TestHeadLagging(t *testing.T) {
+	dir := t.TempDir()
+	recs := buildLog(t, dir, 20)
+	segs := segFiles(t, dir)
+	newest, _ := parseSegmentName(filepath.Base(segs[len(segs)-1]))
+	if err := os.WriteFile(filepath.Join(dir, headName), appendHead(nil, Head{Newest: newest - 1, First: 1}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Verify(dir); err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	l := mustOpen(t, dir, Options{NoSync: true})
+	got, _ := l.Commits(context.Background())
+	mustClose(t, l)
+	if len(got) != len(recs) {
+		t.Fatalf("%d of %d commit records", len(got), len(recs))
+	}
+	if rep, err := Verify(dir); err != nil || rep.Head == nil || *rep.Head != (Head{Newest: newest, First: 1}) {
+		t.Fatalf("after Open: %v, HEAD %+v, want newest %d", err, rep.Head, newest)
+	}
+}
+
+// TestCrashBeforeHead stops a rotation after the new segment is durable and
+// before HEAD names it (and with it gone too, as if its creation had not
+// reached the disk): the log opens with every acknowledged record, and Open
+// brings HEAD up to date. A segment HEAD does not name yet holds nothing
+// but its link record and copies of records that are still in older
+// segments, so losing it loses nothing.
+func TestCrashBeforeHead(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	root := t.TempDir()
+	h := &hookFS{}
+	l := mustCreate(t, dir, Options{fs: h, SegmentSize: 1024})
+	tr := newTracker()
+	var snaps []snapshot
+	var hookErr error
+	h.setHook(func(op, name string, p []byte, off int64) error {
+		if op != "write" || name != headName+".tmp" {
+			return nil
+		}
+		s := tr.snapshot("", fmt.Sprintf("before HEAD is written (#%d)", len(snaps)))
+		cp, err := copyDir(root, dir)
+		if err != nil {
+			hookErr = err
+			return nil
+		}
+		s.dir = cp
+		snaps = append(snaps, s)
+		return nil
+	})
+	for i := range 60 {
+		if err := tr.commit(ctx, t, l, commitRec(gid(i), 2)); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			if err := tr.forget(ctx, l, gid(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	h.setHook(nil)
+	mustClose(t, l)
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
+	if len(snaps) < 3 {
+		t.Fatalf("only %d rotations", len(snaps))
+	}
+	for _, s := range snaps {
+		segs := segFiles(t, s.dir)
+		newest, _ := parseSegmentName(filepath.Base(segs[len(segs)-1]))
+		b, err := os.ReadFile(filepath.Join(s.dir, headName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if head, bad := parseHead(b); bad != "" || head.Newest != newest-1 {
+			t.Fatalf("%s: HEAD %+v (%s), newest segment %d: not the state under test", s.what, head, bad, newest)
+		}
+		lost, err := copyDir(root, s.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(lost, filepath.Base(segs[len(segs)-1]))); err != nil {
+			t.Fatal(err)
+		}
+		tr.check(t, s.dir, s)
+		if rep, err := Verify(s.dir); err != nil || rep.Head == nil || rep.Head.Newest != newest {
+			t.Fatalf("%s: after Open: %v, HEAD %+v, want newest %d", s.what, err, rep.Head, newest)
+		}
+		s.what += ", the new segment lost"
+		tr.check(t, lost, s)
+	}
+	t.Logf("%d rotations stopped before HEAD", len(snaps))
 }

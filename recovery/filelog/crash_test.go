@@ -388,10 +388,11 @@ func TestCrashTruncation(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Acknowledged records end at or before synced: a crash keeps at
-		// least that much.
+		// least that much. So does the link record, synced with the
+		// header before the segment got its name.
 		synced := int64(headerSize)
 		for _, f := range fr {
-			if f.file == lastName && (f.t == RecordCommit && s.acked[f.id] || f.t == RecordAbort && s.aAcked[f.id]) {
+			if f.file == lastName && (f.t == RecordCommit && s.acked[f.id] || f.t == RecordAbort && s.aAcked[f.id] || f.t == RecordLink) {
 				synced = max(synced, f.end)
 			}
 		}
@@ -594,15 +595,32 @@ func TestCrashAtEveryStep(t *testing.T) {
 	if hookErr != nil {
 		t.Fatal(hookErr)
 	}
-	rotations := 0
+	rotations, headWrites, headLags := 0, 0, 0
 	for _, s := range snaps {
+		// A segment started that HEAD does not name yet (Open brings
+		// HEAD up to date, so look first).
+		segs := segFiles(t, s.dir)
+		newest, _ := parseSegmentName(filepath.Base(segs[len(segs)-1]))
+		if b, err := os.ReadFile(filepath.Join(s.dir, headName)); err == nil {
+			if h, bad := parseHead(b); bad == "" && h.Newest < newest {
+				headLags++
+			}
+		}
 		tr.check(t, s.dir, s)
 		if strings.HasPrefix(s.what, "before remove") {
 			rotations++
 		}
+		if strings.Contains(s.what, " "+headName) {
+			headWrites++
+		}
 	}
-	t.Logf("%d crash states, %d segment removals", len(snaps), rotations)
+	t.Logf("%d crash states, %d segment removals, %d around writing HEAD, %d with HEAD behind the newest segment",
+		len(snaps), rotations, headWrites, headLags)
 	if rotations < 3 {
 		t.Fatalf("only %d segment removals happened; the test does not exercise compaction", rotations)
+	}
+	if headWrites < 10 || headLags < 10 {
+		t.Fatalf("only %d crash states around writing HEAD and %d with HEAD behind the newest segment; "+
+			"the test does not exercise the steps of starting a segment", headWrites, headLags)
 	}
 }

@@ -10,7 +10,7 @@
 // A log is made by an explicit act: Create writes its identity
 // (xa.LogIdentity: a random id, the node, the creation time, the global
 // transaction timeout and the presumed-abort grace) into the IDENTITY file
-// and starts the first segment. Open creates nothing. A directory without
+// and starts the first segment and HEAD. Open creates nothing. A directory without
 // IDENTITY and segments is not a log (ErrNoLog, with fs.ErrNotExist when it
 // is missing): opened there by mistake, an empty log would make every
 // in-doubt branch look undecided. A directory with segments but no
@@ -37,6 +37,8 @@
 //     participant (xa.HeuristicRecord), kept until an operator clears it.
 //   - clear: drops the heuristic records of one XID on one participant;
 //     records of that XID on other participants stay.
+//   - link: the first record of every segment but the first; it names the
+//     previous segment and its length in bytes. It decides nothing.
 //
 // # The fence
 //
@@ -96,11 +98,50 @@
 //   - Anything else is corruption: a bad record with a valid record after
 //     it, a bad record in any segment but the last, a bad segment header,
 //     a record whose checksum holds but whose payload does not decode, a
-//     missing segment number, a missing or damaged IDENTITY. Open then
-//     fails with an error wrapping ErrCorrupt (a *CorruptError naming the
-//     file and byte offset) and modifies nothing, so that an operator can
-//     inspect the log with Verify and Dump. Open never drops a record
-//     silently.
+//     missing segment number, a missing or damaged IDENTITY or HEAD, and
+//     the damage that leaves every remaining record sound: a segment that
+//     is not the last cut at a record boundary, or made longer (the link
+//     record of the next segment gives its length); the newest segments
+//     missing (HEAD names the newest segment); the oldest segments missing
+//     while compaction had not retired them (HEAD names the oldest segment
+//     that must exist). Open then fails with an error wrapping ErrCorrupt
+//     (a *CorruptError naming the file and byte offset) and modifies
+//     nothing, so that an operator can inspect the log with Verify and
+//     Dump; ReadSnapshot and Verify report the same error.
+//
+// A crash never leaves any of these. A new segment gets its name only once
+// its header and link record are durable, after the segment before it was
+// cut back to its last record and synced; HEAD is replaced (temporary
+// file, synced, renamed, directory synced) only after that, and segments
+// are removed only after HEAD says the log starts past them. A crash
+// between starting a segment and writing HEAD leaves HEAD one behind,
+// which is sound, and Open brings it up to date. Until HEAD names it, a
+// segment holds nothing but its link record and copies of records that
+// are still in older segments, so a segment lost then loses nothing.
+//
+// Some damage cannot be told from a sound log without state kept outside
+// the directory, and Open accepts it, losing records silently:
+//
+//   - the last segment cut exactly at a record boundary: nothing records
+//     its length but the file itself, and the cut looks like a log whose
+//     last writes never happened (its last records zeroed, or cut inside
+//     a record, look like a torn tail, which Open cuts off with a warning
+//     and Verify reports);
+//   - the whole directory, HEAD included, put back from an older backup or
+//     snapshot: it is a sound log, only an old one, and the decisions
+//     logged since are missing;
+//   - HEAD and the segments it names put back from an older copy, with
+//     the newer segments gone; segments of another log with the same
+//     numbers and lengths put in place of this log's.
+//
+// Keep backups consistent (a file system snapshot, or a copy of a log that
+// is not open), and never restore one over a log that a transaction
+// manager has used since: recovery would presume abort of branches whose
+// commit was logged after the backup.
+//
+// A log written before link records and HEAD (segments of format version
+// 2, no HEAD) opens as it is, without these checks for its old segments;
+// Open writes HEAD for it, and the segments it starts have link records.
 //
 // The rule is conservative. If a crash tore a multi-page group write so
 // that a later page reached the disk and an earlier one did not, Open
@@ -124,8 +165,15 @@
 // (never dead), have those records copied into the active segment,
 // durably, before they are removed, so the number of segments stays
 // bounded. A copy is byte for byte its original; a replay that meets both
-// takes the newer as the live one. Segments are removed oldest first, with
+// takes the newer as the live one. HEAD is written after the copies are
+// durable and before any removal; segments are removed oldest first, with
 // a directory sync after each removal, so a crash never leaves a gap.
+//
+// # Files
+//
+// The log directory holds IDENTITY, HEAD, LOCK and the segment files
+// (00000000000000000001.wal and on); files ending in .tmp are leftovers of
+// an interrupted creation or replacement, removed by Open.
 //
 // # Locking
 //

@@ -14,11 +14,12 @@ import (
 
 // On-disk format.
 //
-// A log is a directory holding an IDENTITY file and segment files named by
-// their number, 20 decimal digits and ".wal" (00000000000000000001.wal).
-// Numbers are consecutive; the highest is the active segment, the only one
-// that is appended to. LOCK is the lock file (see lockDir); files ending in
-// ".tmp" are leftovers of an interrupted creation and are removed by Open.
+// A log is a directory holding an IDENTITY file, a HEAD file and segment
+// files named by their number, 20 decimal digits and ".wal"
+// (00000000000000000001.wal). Numbers are consecutive; the highest is the
+// active segment, the only one that is appended to. LOCK is the lock file
+// (see lockDir); files ending in ".tmp" are leftovers of an interrupted
+// creation or replacement and are removed by Open.
 //
 // IDENTITY is written once, by Create, and never changes:
 //
@@ -28,10 +29,21 @@ import (
 //	identity [length]byte  xa.LogIdentity in its MarshalBinary form
 //	crc      uint32   CRC-32C of everything above
 //
+// HEAD names the newest segment that was started and the oldest segment
+// that must still exist. It is replaced whole (temporary file, synced,
+// renamed, directory synced), after the segment it names is durable and
+// before any segment below its first is removed:
+//
+//	magic    [8]byte  "xa-dhed\n"
+//	version  uint32   1
+//	newest   uint64   the newest segment: every segment up to it exists
+//	first    uint64   every segment from first to newest exists
+//	crc      uint32   CRC-32C of the 28 bytes above
+//
 // A segment starts with a 24-byte header:
 //
 //	magic   [8]byte  "xa-dlog\n"
-//	version uint32   2
+//	version uint32   3 (2: a segment written before links and HEAD)
 //	number  uint64   the segment number, equal to the one in the file name
 //	crc     uint32   CRC-32C of the 20 bytes above
 //
@@ -54,7 +66,19 @@ import (
 //	forget-abort  the text of the xa.GlobalID whose abort record is forgotten
 //	delegation    version byte 1, participant (uvarint length, bytes), time
 //	              logged (varint Unix nanoseconds)
+//	link          version byte 1, the number of the previous segment
+//	              (uint64), the length of the previous segment in bytes
+//	              (uint64), both little endian
 //
+// Every version 3 segment but segment 1 starts with a link record, written
+// and synced with its header before the segment gets its name: it says how
+// long the previous segment is, which was cut back to its last record and
+// synced before. It is the only link record in a segment.
+//
+// Version 2 segments (no link records) are read, and a log of them without
+// HEAD is one written before HEAD existed: Open writes HEAD for it, and
+// the segments it starts are of version 3. A version 2 segment after a
+// version 3 one, or a version 3 segment in a log without HEAD, is corrupt.
 // Version 1 segments (before identities, with clear records naming an XID
 // only) are not read: Open refuses a directory without IDENTITY anyway.
 //
@@ -62,9 +86,11 @@ import (
 // segment ends exactly at its last record.
 const (
 	magic         = "xa-dlog\n"
-	formatVersion = 2
-	headerSize    = 24
-	frameHeader   = 9
+	formatVersion = 3
+	// formatNoLink is the segment format before link records and HEAD.
+	formatNoLink = 2
+	headerSize   = 24
+	frameHeader  = 9
 	// maxPayload bounds a record's payload: a commit record of 10000
 	// branches with long resource manager names fits.
 	maxPayload = 16 << 20
@@ -79,6 +105,13 @@ const (
 	// records, as xa bounds it in commit and heuristic records.
 	maxParticipant  = 1 << 10
 	delegationCodec = 1
+	linkCodec       = 1
+	linkPayload     = 1 + 8 + 8
+
+	headName    = "HEAD"
+	headMagic   = "xa-dhed\n"
+	headVersion = 1
+	headSize    = 8 + 4 + 8 + 8 + 4
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -104,6 +137,10 @@ const (
 	// RecordDelegation holds an xa.Delegation: a participant whose
 	// decision table may hold this log's commit decisions.
 	RecordDelegation
+	// RecordLink starts every segment but the first: it names the
+	// previous segment and that segment's length in bytes, so that a
+	// segment cut at a record boundary is caught.
+	RecordLink
 )
 
 // RecordIdentity is the type Dump gives the IDENTITY file, shown as the
@@ -126,6 +163,8 @@ func (t RecordType) String() string {
 		return "forget-abort"
 	case RecordDelegation:
 		return "delegation"
+	case RecordLink:
+		return "link"
 	case RecordIdentity:
 		return "identity"
 	}
@@ -161,19 +200,29 @@ func appendHeader(b []byte, n uint64) []byte {
 // checkHeader validates the header of segment n; it returns a reason when
 // the header is bad.
 func checkHeader(b []byte, n uint64) string {
+	_, bad := parseHeader(b, n)
+	return bad
+}
+
+// parseHeader validates the header of segment n and returns its format
+// version (formatVersion or formatNoLink), or a reason when it is bad.
+func parseHeader(b []byte, n uint64) (version uint32, bad string) {
 	switch {
 	case len(b) < headerSize:
-		return fmt.Sprintf("short segment header (%d bytes)", len(b))
+		return 0, fmt.Sprintf("short segment header (%d bytes)", len(b))
 	case string(b[:8]) != magic:
-		return "bad magic"
+		return 0, "bad magic"
 	case crc32.Checksum(b[:20], castagnoli) != binary.LittleEndian.Uint32(b[20:24]):
-		return "header checksum mismatch"
-	case binary.LittleEndian.Uint32(b[8:12]) != formatVersion:
-		return fmt.Sprintf("unknown format version %d", binary.LittleEndian.Uint32(b[8:12]))
-	case binary.LittleEndian.Uint64(b[12:20]) != n:
-		return fmt.Sprintf("header names segment %d", binary.LittleEndian.Uint64(b[12:20]))
+		return 0, "header checksum mismatch"
 	}
-	return ""
+	version = binary.LittleEndian.Uint32(b[8:12])
+	switch {
+	case version != formatVersion && version != formatNoLink:
+		return 0, fmt.Sprintf("unknown format version %d", version)
+	case binary.LittleEndian.Uint64(b[12:20]) != n:
+		return 0, fmt.Sprintf("header names segment %d", binary.LittleEndian.Uint64(b[12:20]))
+	}
+	return version, ""
 }
 
 // appendFrame appends one framed record.
@@ -269,6 +318,7 @@ type decoded struct {
 	rm         string             // RecordHeuristic, RecordClear: the participant
 	abort      xa.AbortRecord     // RecordAbort
 	delegation xa.Delegation      // RecordDelegation
+	link       Link               // RecordLink
 }
 
 func decodePayload(t RecordType, p []byte) (decoded, error) {
@@ -311,6 +361,12 @@ func decodePayload(t RecordType, p []byte) (decoded, error) {
 			return d, err
 		}
 		d.delegation, d.key = dg, dg.Participant
+	case RecordLink:
+		lk, err := decodeLink(p)
+		if err != nil {
+			return d, err
+		}
+		d.link = lk
 	default:
 		return d, fmt.Errorf("unknown record type %d", t)
 	}
@@ -373,6 +429,70 @@ func decodeDelegation(p []byte) (xa.Delegation, error) {
 		return xa.Delegation{}, errors.New("delegation record: bad time")
 	}
 	return xa.Delegation{Participant: name, Logged: time.Unix(0, ns)}, nil
+}
+
+// Link is the payload of a link record: the segment before the one that
+// holds it, and that segment's length in bytes (the end of its last
+// record).
+type Link struct {
+	Segment uint64
+	Size    int64
+}
+
+// encodeLink returns the payload of a link record.
+func encodeLink(lk Link) []byte {
+	b := []byte{linkCodec}
+	b = binary.LittleEndian.AppendUint64(b, lk.Segment)
+	return binary.LittleEndian.AppendUint64(b, uint64(lk.Size))
+}
+
+func decodeLink(p []byte) (Link, error) {
+	if len(p) != linkPayload || p[0] != linkCodec {
+		return Link{}, fmt.Errorf("link record: unknown version or length (%d bytes)", len(p))
+	}
+	lk := Link{Segment: binary.LittleEndian.Uint64(p[1:]), Size: int64(binary.LittleEndian.Uint64(p[9:]))}
+	if lk.Segment == 0 || lk.Size < headerSize {
+		return Link{}, fmt.Errorf("link record: segment %d of %d bytes", lk.Segment, lk.Size)
+	}
+	return lk, nil
+}
+
+// Head is the content of HEAD: the newest segment started, and the oldest
+// segment that must still exist. Every segment from First to Newest
+// exists in a sound log.
+type Head struct {
+	Newest uint64
+	First  uint64
+}
+
+// appendHead returns the content of a HEAD file.
+func appendHead(b []byte, h Head) []byte {
+	start := len(b)
+	b = append(b, headMagic...)
+	b = binary.LittleEndian.AppendUint32(b, headVersion)
+	b = binary.LittleEndian.AppendUint64(b, h.Newest)
+	b = binary.LittleEndian.AppendUint64(b, h.First)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+}
+
+// parseHead decodes a HEAD file; it returns a reason when the file is bad.
+func parseHead(b []byte) (Head, string) {
+	switch {
+	case len(b) != headSize:
+		return Head{}, fmt.Sprintf("HEAD of %d bytes, want %d", len(b), headSize)
+	case string(b[:8]) != headMagic:
+		return Head{}, "bad HEAD magic"
+	case crc32.Checksum(b[:headSize-4], castagnoli) != binary.LittleEndian.Uint32(b[headSize-4:]):
+		return Head{}, "HEAD checksum mismatch"
+	}
+	if v := binary.LittleEndian.Uint32(b[8:12]); v != headVersion {
+		return Head{}, fmt.Sprintf("unknown HEAD version %d", v)
+	}
+	h := Head{Newest: binary.LittleEndian.Uint64(b[12:20]), First: binary.LittleEndian.Uint64(b[20:28])}
+	if h.First == 0 || h.First > h.Newest {
+		return Head{}, fmt.Sprintf("HEAD names segments %d to %d", h.First, h.Newest)
+	}
+	return h, ""
 }
 
 // appendIdentity returns the content of an IDENTITY file for the encoded

@@ -51,7 +51,7 @@ func writeIdentityFile(t testing.TB, dir string) {
 }
 
 // FuzzReplay: any bytes as the segment file of a log with a sound
-// identity. Nothing panics; Open either succeeds or fails with ErrCorrupt
+// identity and HEAD. Nothing panics; Open either succeeds or fails with ErrCorrupt
 // (and then changes nothing), agreeing with Verify and ReadSnapshot; a log
 // Open accepted reopens to the same state, which ReadSnapshot and Dump's
 // Live flags show too.
@@ -69,6 +69,9 @@ func FuzzReplay(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
 		writeIdentityFile(t, dir)
+		if err := os.WriteFile(filepath.Join(dir, headName), appendHead(nil, Head{Newest: 1, First: 1}), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		path := filepath.Join(dir, segmentName(1))
 		if err := os.WriteFile(path, data, 0o644); err != nil {
 			t.Fatal(err)

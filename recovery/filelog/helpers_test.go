@@ -306,6 +306,14 @@ func (h *hookFS) OpenFile(name string, flag int, perm os.FileMode) (file, error)
 	if err != nil {
 		return nil, err
 	}
+	if flag&os.O_CREATE != 0 {
+		// A new file under a name that an earlier file was renamed away
+		// from (HEAD.tmp, each time HEAD is replaced): the rename was
+		// the earlier file's.
+		h.mu.Lock()
+		delete(h.renamed, name)
+		h.mu.Unlock()
+	}
 	return &hookFile{file: f, name: name, fs: h}, nil
 }
 

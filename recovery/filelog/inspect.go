@@ -16,7 +16,10 @@ type Report struct {
 	Identity xa.LogIdentity
 	// InUse is set when another process had the log open during the
 	// check: a torn tail may then be a write in progress.
-	InUse          bool
+	InUse bool
+	// Head is what HEAD says, or nil when it is missing (a log of
+	// segment format version 2) or damaged (Corruption then says so).
+	Head           *Head
 	Segments       []SegmentReport
 	Records        RecordCounts // valid records, by type, dead ones included
 	LiveCommits    int          // commit records not forgotten
@@ -42,6 +45,9 @@ type SegmentReport struct {
 // RecordCounts counts records by type.
 type RecordCounts struct {
 	Commit, Forget, Heuristic, Clear, Abort, ForgetAbort, Delegation int
+	// Link counts link records, one at the start of every segment but
+	// the first; they hold no decision.
+	Link int
 }
 
 func (c *RecordCounts) add(t RecordType) {
@@ -60,12 +66,14 @@ func (c *RecordCounts) add(t RecordType) {
 		c.ForgetAbort++
 	case RecordDelegation:
 		c.Delegation++
+	case RecordLink:
+		c.Link++
 	}
 }
 
 // Total returns the number of records counted.
 func (c RecordCounts) Total() int {
-	return c.Commit + c.Forget + c.Heuristic + c.Clear + c.Abort + c.ForgetAbort + c.Delegation
+	return c.Commit + c.Forget + c.Heuristic + c.Clear + c.Abort + c.ForgetAbort + c.Delegation + c.Link
 }
 
 // Entry is one valid record, as Dump shows it.
@@ -80,7 +88,7 @@ type Entry struct {
 	// replaced, a delegation (the first of a participant), the identity.
 	// Of a record that compaction copied forward, only the newest copy is
 	// live. Open, ReadSnapshot and Dump compute it with the same replay.
-	// Forget and clear records are never live.
+	// Forget, clear and link records are never live.
 	Live       bool
 	Identity   xa.LogIdentity     // RecordIdentity
 	Commit     xa.CommitRecord    // RecordCommit
@@ -90,6 +98,7 @@ type Entry struct {
 	RM         string             // RecordHeuristic and RecordClear: the participant
 	Abort      xa.AbortRecord     // RecordAbort
 	Delegation xa.Delegation      // RecordDelegation
+	Link       Link               // RecordLink: the previous segment and its length
 }
 
 // Verify checks the log in dir without modifying anything and reports what
@@ -111,6 +120,7 @@ func Verify(dir string) (Report, error) {
 		return r, err
 	}
 	r.Identity = rp.ident
+	r.Head = rp.head
 	for _, s := range rp.res.segments {
 		r.Segments = append(r.Segments, SegmentReport{File: s.name, Number: s.num, Size: s.size, Records: s.records})
 	}
@@ -138,7 +148,7 @@ func Dump(dir string, fn func(Entry) error) error {
 		entries = append(entries, Entry{
 			Segment: seg, File: name, Offset: off, Size: len(frame), Type: t,
 			Commit: d.commit, ID: d.id, Heuristic: d.heuristic, XID: d.xid, RM: d.rm,
-			Abort: d.abort, Delegation: d.delegation,
+			Abort: d.abort, Delegation: d.delegation, Link: d.link,
 		})
 		live = append(live, r)
 	})

@@ -209,3 +209,51 @@ func TestDumpLiveAcrossCompaction(t *testing.T) {
 		t.Errorf("after forget and clear: live %v; want the abort and the delegation only", live)
 	}
 }
+
+// TestDumpShowsLinks: Dump shows each segment's link record first, naming
+// the previous segment and its length, never live; Verify counts them and
+// shows HEAD.
+func TestDumpShowsLinks(t *testing.T) {
+	dir := t.TempDir()
+	buildLog(t, dir, 20)
+	segs := segFiles(t, dir)
+	sizes := map[uint64]int64{}
+	for _, s := range segs {
+		st, err := os.Stat(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := parseSegmentName(filepath.Base(s))
+		sizes[n] = st.Size()
+	}
+	var links []Entry
+	first := map[uint64]RecordType{}
+	if err := Dump(dir, func(e Entry) error {
+		if _, ok := first[e.Segment]; !ok && e.Type != RecordIdentity {
+			first[e.Segment] = e.Type
+		}
+		if e.Type == RecordLink {
+			links = append(links, e)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(links) != len(segs)-1 {
+		t.Fatalf("%d link records for %d segments", len(links), len(segs))
+	}
+	for _, e := range links {
+		if first[e.Segment] != RecordLink || e.Offset != headerSize || e.Live ||
+			e.Link.Segment != e.Segment-1 || e.Link.Size != sizes[e.Segment-1] || e.Type.String() != "link" {
+			t.Errorf("link entry %+v; previous segment is %d bytes", e, sizes[e.Segment-1])
+		}
+	}
+	if first[1] == RecordLink {
+		t.Error("segment 1 starts with a link record")
+	}
+	rep, err := Verify(dir)
+	newest, _ := parseSegmentName(filepath.Base(segs[len(segs)-1]))
+	if err != nil || rep.Records.Link != len(segs)-1 || rep.Head == nil || *rep.Head != (Head{Newest: newest, First: 1}) {
+		t.Fatalf("Verify: %v, links %d, HEAD %+v", err, rep.Records.Link, rep.Head)
+	}
+}

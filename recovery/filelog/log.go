@@ -102,6 +102,7 @@ type Log struct {
 	mu    sync.Mutex
 	st    state
 	first uint64 // oldest segment on disk
+	head  Head   // what HEAD says; written by Create, Open and the writer
 	queue []*op  // appended, not yet written
 	// pending counts the commit and abort records by global id that are
 	// queued or being written: not yet applied to st. The fence checks
@@ -180,11 +181,12 @@ func newLog(dir string, opts Options) *Log {
 // if it is missing, and opens it. It fails with an error wrapping ErrExist
 // when dir holds a log already (an IDENTITY or any segment file).
 //
-// The first segment is made durable first, then IDENTITY (written to a
-// temporary file, synced, renamed, directory synced): a log exists once its
-// IDENTITY does. A Create interrupted before that leaves a single empty
-// segment and no IDENTITY; Open refuses that directory, and Create takes it
-// over, since a segment without a single record holds no decision.
+// The first segment is made durable first, then HEAD, then IDENTITY (each
+// written to a temporary file, synced, renamed, directory synced): a log
+// exists once its IDENTITY does. A Create interrupted before that leaves a
+// single empty segment (and perhaps HEAD) and no IDENTITY; Open refuses
+// that directory, and Create takes it over, since a segment without a
+// single record holds no decision.
 func Create(dir string, ident xa.LogIdentity, opts Options) (*Log, error) {
 	idBytes, err := ident.MarshalBinary()
 	if err != nil {
@@ -220,8 +222,12 @@ func Create(dir string, ident xa.LogIdentity, opts Options) (*Log, error) {
 			return fail(fmt.Errorf("filelog: removing leftover %s: %w", name, err))
 		}
 	}
-	f, err := l.createSegment(1)
+	f, err := l.createSegment(1, nil)
 	if err != nil {
+		return fail(err)
+	}
+	if err := l.writeHead(Head{Newest: 1, First: 1}); err != nil {
+		f.Close()
 		return fail(err)
 	}
 	if err := l.writeIdentity(idBytes); err != nil {
@@ -265,16 +271,32 @@ func checkNoLog(dir string) error {
 	return nil
 }
 
-// writeIdentity writes IDENTITY durably: to a temporary file, synced,
-// renamed, directory synced.
+// writeIdentity writes IDENTITY durably.
 func (l *Log) writeIdentity(id []byte) error {
-	final := filepath.Join(l.dir, identityName)
+	return l.replaceFile(identityName, appendIdentity(nil, id))
+}
+
+// writeHead writes HEAD durably, and remembers what it says.
+func (l *Log) writeHead(h Head) error {
+	if err := l.replaceFile(headName, appendHead(nil, h)); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.head = h
+	l.mu.Unlock()
+	return nil
+}
+
+// replaceFile writes the file name in the log directory durably, replacing
+// it whole: to a temporary file, synced, renamed, directory synced.
+func (l *Log) replaceFile(name string, content []byte) error {
+	final := filepath.Join(l.dir, name)
 	tmp := final + ".tmp"
 	f, err := l.fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
-		return fmt.Errorf("filelog: creating %s: %w", identityName, err)
+		return fmt.Errorf("filelog: creating %s: %w", name, err)
 	}
-	_, err = f.WriteAt(appendIdentity(nil, id), 0)
+	_, err = f.WriteAt(content, 0)
 	if err == nil && !l.opts.NoSync {
 		err = f.Sync()
 	}
@@ -286,11 +308,11 @@ func (l *Log) writeIdentity(id []byte) error {
 	}
 	if err != nil {
 		l.fs.Remove(tmp)
-		return fmt.Errorf("filelog: writing %s: %w", identityName, err)
+		return fmt.Errorf("filelog: writing %s: %w", name, err)
 	}
 	if !l.opts.NoSync {
 		if err := l.fs.SyncDir(l.dir); err != nil {
-			return fmt.Errorf("filelog: syncing directory after writing %s: %w", identityName, err)
+			return fmt.Errorf("filelog: syncing directory after writing %s: %w", name, err)
 		}
 	}
 	return nil
@@ -312,8 +334,14 @@ func (l *Log) writeIdentity(id []byte) error {
 // unused preallocated space) is cut off, with a message on the logger.
 // Anything else that is bad (a bad record followed by a valid one, a bad
 // record in any segment but the last, a bad segment header, a missing
-// segment) is corruption: Open returns an error wrapping ErrCorrupt that
-// names the file and offset, and modifies no file but the lock file.
+// segment, a segment shorter or longer than the link record of the next
+// one says, a newest segment older than HEAD names) is corruption: Open
+// returns an error wrapping ErrCorrupt that names the file and offset, and
+// modifies no file but the lock file.
+//
+// A sound log whose HEAD lags behind its newest segment (a crash between
+// starting a segment and writing HEAD), or that has no HEAD (a log of
+// segment format version 2), gets an up-to-date HEAD.
 func Open(dir string, opts Options) (*Log, error) {
 	if err := statLogDir(dir); err != nil {
 		return nil, err
@@ -406,14 +434,29 @@ func (l *Log) recover() error {
 	}
 	l.first = res.segments[0].num
 	l.active, l.activeNum, l.activeSize, l.allocated = f, last.num, last.end, last.end
+	if rp.head != nil {
+		l.head = *rp.head
+	}
+	if rp.head == nil || rp.head.Newest < last.num {
+		h := Head{Newest: last.num, First: l.first}
+		if rp.head != nil {
+			h.First = rp.head.First
+		}
+		if err := l.writeHead(h); err != nil {
+			f.Close()
+			return err
+		}
+		l.logger.Info("decision log: HEAD brought up to date", "newest", h.Newest, "first", h.First, "had_head", rp.head != nil)
+	}
 	l.logger.Debug("decision log opened", "dir", l.dir, "id", l.ident.ID, "segments", len(res.segments),
 		"commits", len(l.st.commits), "aborts", len(l.st.aborts), "heuristics", l.st.heuristicCount())
 	return nil
 }
 
-// createSegment creates segment n durably: header written and synced under
-// a temporary name, renamed, directory synced.
-func (l *Log) createSegment(n uint64) (file, error) {
+// createSegment creates segment n durably: header and, unless n is the
+// first segment, the link record to the previous one (lk) written and
+// synced under a temporary name, renamed, directory synced.
+func (l *Log) createSegment(n uint64, lk *Link) (file, error) {
 	final := filepath.Join(l.dir, segmentName(n))
 	tmp := final + ".tmp"
 	f, err := l.fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
@@ -425,7 +468,11 @@ func (l *Log) createSegment(n uint64) (file, error) {
 		l.fs.Remove(tmp)
 		return nil, fmt.Errorf("filelog: creating segment %s: %w", segmentName(n), err)
 	}
-	if _, err := f.WriteAt(appendHeader(nil, n), 0); err != nil {
+	b := appendHeader(nil, n)
+	if lk != nil {
+		b = appendFrame(b, RecordLink, encodeLink(*lk))
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
 		return fail(err)
 	}
 	if !l.opts.NoSync {

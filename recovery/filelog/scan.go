@@ -15,7 +15,7 @@ import (
 // CorruptError describes damage that is not a torn tail. It matches
 // ErrCorrupt with errors.Is.
 type CorruptError struct {
-	File   string // segment file name (or IDENTITY), relative to the log directory
+	File   string // segment file name (or IDENTITY, HEAD), relative to the log directory
 	Offset int64  // byte offset of the bad header or record
 	Reason string
 }
@@ -44,6 +44,9 @@ type segmentScan struct {
 	size    int64 // file size
 	end     int64 // end of the last valid record (or of the header)
 	records int
+	version uint32 // format version of the header; 0 when the header is bad
+	link    *Link  // the link record that starts the segment, if sound
+	linked  bool   // the segment starts with a link record, sound or not
 }
 
 type scanResult struct {
@@ -67,7 +70,7 @@ func listSegments(dir string) (nums []uint64, tmp []string, err error) {
 	for _, de := range des {
 		if n, ok := parseSegmentName(de.Name()); ok {
 			nums = append(nums, n)
-		} else if strings.HasSuffix(de.Name(), ".wal.tmp") || de.Name() == identityName+".tmp" {
+		} else if strings.HasSuffix(de.Name(), ".wal.tmp") || de.Name() == identityName+".tmp" || de.Name() == headName+".tmp" {
 			tmp = append(tmp, de.Name())
 		}
 	}
@@ -86,6 +89,7 @@ func scanLog(dir string, visit visitFunc) (scanResult, error) {
 		return res, err
 	}
 	res.tmpFiles = tmp
+	sawLinked := false // a segment of formatVersion was seen
 	for i, n := range nums {
 		name := segmentName(n)
 		last := i == len(nums)-1
@@ -100,11 +104,23 @@ func scanLog(dir string, visit visitFunc) (scanResult, error) {
 		}
 		seg := segmentScan{num: n, name: name, size: int64(len(b)), end: min(int64(len(b)), headerSize)}
 		off := headerSize
-		if bad := checkHeader(b, n); bad != "" {
+		version, bad := parseHeader(b, n)
+		if bad != "" {
 			res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: 0, Reason: bad})
 			// Look for records anyway, so that Dump shows them.
 			if off = nextPlausibleFrame(b, min(headerSize, len(b))); off < 0 {
 				off = len(b)
+			}
+		}
+		seg.version = version
+		switch version {
+		case formatVersion:
+			sawLinked = true
+		case formatNoLink:
+			if sawLinked {
+				res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: 0,
+					Reason: fmt.Sprintf("a segment of format version %d (before links) after one of version %d: "+
+						"an old file put back, or the segments of two logs mixed", formatNoLink, formatVersion)})
 			}
 		}
 	records:
@@ -118,6 +134,11 @@ func scanLog(dir string, visit visitFunc) (scanResult, error) {
 					res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: int64(off),
 						Reason: fmt.Sprintf("undecodable %v record: %v", t, err)})
 				} else {
+					if t == RecordLink {
+						if reason := seg.takeLink(int64(off), &d.link); reason != "" {
+							res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: int64(off), Reason: reason})
+						}
+					}
 					seg.records++
 					if visit != nil {
 						if err := visit(n, name, int64(off), t, d, b[off:end]); err != nil {
@@ -144,9 +165,87 @@ func scanLog(dir string, visit visitFunc) (scanResult, error) {
 			}
 			break records
 		}
+		if seg.version == formatVersion && n > 1 && !seg.linked {
+			res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: headerSize,
+				Reason: "the segment does not start with a link record naming the segment before it"})
+		}
 		res.segments = append(res.segments, seg)
 	}
 	return res, nil
+}
+
+// takeLink records lk, found at offset off, as the segment's link record,
+// or returns why it is out of place.
+func (s *segmentScan) takeLink(off int64, lk *Link) string {
+	switch {
+	case s.version == 0:
+		return "" // the header is bad: reported already
+	case s.version != formatVersion || s.num == 1 || off != headerSize:
+		return "a link record where none belongs (only the first record of a segment after the first is one)"
+	}
+	s.linked = true
+	if lk.Segment != s.num-1 {
+		return fmt.Sprintf("the link record names segment %s, not the one before", segmentName(lk.Segment))
+	}
+	s.link = lk
+	return ""
+}
+
+// checkChain checks what the segments and HEAD say of each other: each
+// link record against the length of the segment it names, when that
+// segment is there (compaction removes segments oldest first, so the
+// oldest segment's predecessor is legitimately gone); HEAD's newest
+// segment against the newest segment file; HEAD's first against the
+// oldest. It appends what it finds to r.corrupt.
+func (r *scanResult) checkChain(head *Head, headErr *CorruptError) {
+	segs := r.segments
+	for i := 1; i < len(segs); i++ {
+		prev, s := segs[i-1], segs[i]
+		if s.link == nil || prev.num != s.num-1 || prev.end == s.link.Size {
+			continue
+		}
+		how := "it was cut, and the records past its end are lost"
+		if prev.end > s.link.Size {
+			how = "it holds more than was written to it: replaced by another file"
+		}
+		r.corrupt = append(r.corrupt, CorruptError{File: prev.name, Offset: prev.end,
+			Reason: fmt.Sprintf("the segment's records end at offset %d, but the link record of %s says it is %d bytes long: %s",
+				prev.end, s.name, s.link.Size, how)})
+	}
+	if len(segs) == 0 {
+		return // replayLog reports an identity without segments
+	}
+	oldest, newest := segs[0], segs[len(segs)-1]
+	switch {
+	case headErr != nil && headErr.Reason == reasonNoHead:
+		for _, s := range segs {
+			if s.version == formatVersion {
+				r.corrupt = append(r.corrupt, CorruptError{File: headName,
+					Reason: fmt.Sprintf("missing, but %s is of format version %d, which is only written after HEAD: "+
+						"HEAD was deleted or lost, and with it the check that no newer segment is missing", s.name, formatVersion)})
+				break
+			}
+		}
+	case headErr != nil:
+		r.corrupt = append(r.corrupt, *headErr)
+	case head != nil && newest.num < head.Newest:
+		missing := segmentName(head.Newest) + " is"
+		if head.Newest > newest.num+1 {
+			missing = fmt.Sprintf("%s to %s are", segmentName(newest.num+1), segmentName(head.Newest))
+		}
+		r.corrupt = append(r.corrupt, CorruptError{File: headName,
+			Reason: fmt.Sprintf("names %s as the newest segment, but the newest segment file is %s: %s missing "+
+				"(deleted, or lost in a copy or restore), and every record written to it is lost with it",
+				segmentName(head.Newest), newest.name, missing)})
+	case head != nil && oldest.num > head.First:
+		missing := segmentName(head.First) + " is"
+		if oldest.num > head.First+1 {
+			missing = fmt.Sprintf("%s to %s are", segmentName(head.First), segmentName(oldest.num-1))
+		}
+		r.corrupt = append(r.corrupt, CorruptError{File: oldest.name,
+			Reason: fmt.Sprintf("%s missing (deleted, or lost in a copy or restore): HEAD says the log starts at %s, "+
+				"and compaction had not copied the live records there forward", missing, segmentName(head.First))})
+	}
 }
 
 // firstCorruption returns the first corruption as an error, or nil.
@@ -166,8 +265,9 @@ func (r *scanResult) firstCorruption() error {
 // replayLog, so they agree on which records are live.
 type replayed struct {
 	ident    xa.LogIdentity
-	hasIdent bool // IDENTITY was read and is sound
-	identLen int  // size of IDENTITY
+	hasIdent bool  // IDENTITY was read and is sound
+	identLen int   // size of IDENTITY
+	head     *Head // HEAD, when it was read and is sound
 	st       state
 	res      scanResult
 }
@@ -187,6 +287,10 @@ func replayLog(dir string, fn recordFunc) (*replayed, error) {
 	if err != nil {
 		return rp, err
 	}
+	headErr, err := rp.readHead(dir)
+	if err != nil {
+		return rp, err
+	}
 	rp.res, err = scanLog(dir, func(seg uint64, name string, off int64, t RecordType, d decoded, frame []byte) error {
 		// frame is a view of the segment as read: keep a copy of the
 		// records that may stay live, not the whole segment.
@@ -203,6 +307,7 @@ func replayLog(dir string, fn recordFunc) (*replayed, error) {
 	if err != nil {
 		return rp, err
 	}
+	rp.res.checkChain(rp.head, headErr)
 	switch {
 	case idErr == nil && len(rp.res.segments) == 0:
 		idErr = &CorruptError{File: identityName, Reason: "the log has an identity but no segment file: its segments were removed or lost"}
@@ -241,6 +346,29 @@ func (rp *replayed) readIdentity(dir string) (*CorruptError, error) {
 		return &CorruptError{File: identityName, Reason: bad}, nil
 	}
 	rp.ident, rp.hasIdent, rp.identLen = li, true, len(b)
+	return nil, nil
+}
+
+// reasonNoHead marks a missing HEAD, which is sound in a log whose
+// segments are all of version formatNoLink.
+const reasonNoHead = "missing"
+
+// readHead reads dir/HEAD. A missing or bad file is returned as a
+// *CorruptError (Reason reasonNoHead when missing); the error is for a
+// file that could not be read.
+func (rp *replayed) readHead(dir string) (*CorruptError, error) {
+	b, err := os.ReadFile(filepath.Join(dir, headName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return &CorruptError{File: headName, Reason: reasonNoHead}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("filelog: reading HEAD: %w", err)
+	}
+	h, bad := parseHead(b)
+	if bad != "" {
+		return &CorruptError{File: headName, Reason: bad}, nil
+	}
+	rp.head = &h
 	return nil, nil
 }
 
