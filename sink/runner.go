@@ -437,6 +437,13 @@ func (x *run[H]) recover(ctx context.Context, cause error) error {
 	if err := x.waitAll(ctx); err != nil {
 		return err
 	}
+	// A checkpoint in flight may have failed worse than cause (its
+	// decision unresolved): that one decides whether Run goes on. Carrying
+	// on past an unresolved decision would leave its branches prepared
+	// and undecided behind the checkpoints that follow.
+	if f := x.failed; f != nil && f != cause && (!errors.Is(f, ErrAborted) || errors.Is(f, ErrClosed)) {
+		cause = f
+	}
 	x.era++
 	x.failed = nil
 	if !errors.Is(cause, ErrAborted) || errors.Is(cause, ErrClosed) {

@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -67,4 +68,44 @@ func TestRunnerRewindOutageCounted(t *testing.T) {
 	if o.calls != 3 {
 		t.Fatalf("Rewind tried %d times, want 3 (MaxAborts 4: the checkpoint's abort and 3 failed read-backs)", o.calls)
 	}
+}
+
+// TestRunnerUnresolvedBehindAnAbort: checkpoint 3's decision is in flight
+// when checkpoint 4 fails to prepare; 3's decision then comes back
+// unresolved. Run must stop with ErrUnresolved (a restart's restore settles
+// 3) rather than read again and go on, leaving 3's branches prepared and
+// undecided. (Found by internal/sinke2e TestKillDatabase, "maria killed
+// during commit": the unresolved outcome, collected while recovering from
+// the later abort, was dropped.)
+func TestRunnerUnresolvedBehindAnAbort(t *testing.T) {
+	f := newFake()
+	c := &unresolvedBehindAbort{fake: f, failed: make(chan struct{})}
+	src := &memSource{k: 2, n: 60, batch: 3}
+	err := NewRunner[uint64](c, f, fastOpts()).Run(context.Background(), src)
+	if !errors.Is(err, ErrUnresolved) {
+		t.Fatalf("Run: %v; want it to stop with ErrUnresolved (checkpoint 3's decision)", err)
+	}
+}
+
+// unresolvedBehindAbort fails PreCommit of checkpoint 4 and then answers
+// checkpoint 3's Commit, held until then, with an unresolved decision.
+type unresolvedBehindAbort struct {
+	*fake
+	failed chan struct{}
+}
+
+func (u *unresolvedBehindAbort) PreCommit(ctx context.Context, h uint64, cp uint64) (uint64, error) {
+	if h == 4 {
+		close(u.failed)
+		return 0, &AbortError{Checkpoint: h, Reason: errors.New("prepare refused: the database went down")}
+	}
+	return u.fake.PreCommit(ctx, h, cp)
+}
+
+func (u *unresolvedBehindAbort) Commit(ctx context.Context, h uint64) error {
+	if h == 3 {
+		<-u.failed
+		return fmt.Errorf("sink: checkpoint 3: %w: the decision's reply was lost", ErrUnresolved)
+	}
+	return u.fake.Commit(ctx, h)
 }
