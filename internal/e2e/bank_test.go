@@ -124,8 +124,20 @@ func testBankInvariant(t *testing.T, last bool) {
 		t.Errorf("the scanner ran only %d times", scans.Load())
 	}
 	b.check(committed)
-	if recs, _ := log.Commits(ctx); len(recs) != 0 {
-		t.Errorf("%d decision records left after every transaction finished", len(recs))
+	// A record whose branch the scanner committed alongside its
+	// coordinator is the scanner's to forget (the coordinator's "unknown
+	// XID" on it is no acknowledgement on its own session), once a listing
+	// taken after the record was read lacks its branches: a scan or two
+	// after the workload, as the periodic scanner would run.
+	recs, _ := log.Commits(ctx)
+	for i := 0; i < 3 && len(recs) > 0; i++ {
+		if _, err := sc.Scan(ctx); err != nil {
+			t.Fatal(err)
+		}
+		recs, _ = log.Commits(ctx)
+	}
+	if len(recs) != 0 {
+		t.Errorf("%d decision records left after every transaction finished and three more scans", len(recs))
 	}
 	if last {
 		// The decisions stored in PostgreSQL: one per two-phase
