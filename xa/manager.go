@@ -65,7 +65,7 @@ type Observer interface {
 
 // TxStats describes one finished transaction.
 type TxStats struct {
-	Outcome  string // "committed", "aborted" or "unknown"
+	Outcome  string // "committed", "aborted", "unknown" or "heuristic"
 	OnePhase bool
 	Logged   bool
 	Branches int
