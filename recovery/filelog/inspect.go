@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/xadb/xa/xa"
 )
@@ -183,9 +184,44 @@ func inspect(dir string, fn recordFunc) (*replayed, bool, error) {
 	if lock != nil {
 		defer lock.Close()
 	}
-	rp, err := replayLog(dir, fn)
-	if err != nil && inUse && errors.Is(err, fs.ErrNotExist) {
-		err = fmt.Errorf("filelog: the log changed while it was read (another process has it open); try again: %w", err)
+	// A log another process has open changes under the reader: a
+	// compaction may write HEAD and remove segments between the reading
+	// of HEAD and the listing, or remove a segment before it is read.
+	// What looks like damage then is the reader's torn view: read again,
+	// a few times, before reporting it.
+	for attempt := 1; ; attempt++ {
+		type visit struct {
+			seg   uint64
+			name  string
+			off   int64
+			t     RecordType
+			d     *decoded
+			frame []byte
+			live  *liveRecord
+		}
+		var visits []visit
+		var record recordFunc
+		if fn != nil {
+			record = func(seg uint64, name string, off int64, t RecordType, d *decoded, frame []byte, live *liveRecord) {
+				visits = append(visits, visit{seg, name, off, t, d, frame, live})
+			}
+		}
+		rp, err := replayLog(dir, record)
+		torn := err != nil && errors.Is(err, fs.ErrNotExist) || err == nil && len(rp.res.corrupt) > 0
+		if inUse && torn && attempt < inUseAttempts {
+			time.Sleep(time.Duration(attempt) * 10 * time.Millisecond)
+			continue
+		}
+		for _, v := range visits {
+			fn(v.seg, v.name, v.off, v.t, v.d, v.frame, v.live)
+		}
+		if err != nil && inUse && errors.Is(err, fs.ErrNotExist) {
+			err = fmt.Errorf("filelog: the log changed while it was read (another process has it open); try again: %w", err)
+		}
+		return rp, inUse, err
 	}
-	return rp, inUse, err
 }
+
+// inUseAttempts is how many times a log another process has open is read
+// before what looks like damage is reported.
+const inUseAttempts = 5
