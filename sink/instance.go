@@ -29,6 +29,13 @@ type instance struct {
 	mu     sync.Mutex
 	epochs map[string]int64 // self-driven: the partitions taken, with their epochs
 	live   map[uint64]*txn  // transactions begun and not finished, by number
+	// spent (external): transactions of this incarnation whose Abort
+	// could not claim the abort marker. No handle names them, and
+	// Restore leaves transactions numbered at or below the restored
+	// checkpoint to the states that name them; so each later handle
+	// names them (Handle.Spent) and its Commit, or a Restore's, fences
+	// them.
+	spent map[uint64]bool
 }
 
 var (
@@ -230,7 +237,11 @@ func (in *instance) Write(ctx context.Context, h Handle, records []Record) error
 				return &MappingError{Partition: r.Partition, Position: r.Next,
 					Err: fmt.Errorf("table %s: %d values for %d columns", row.Table, len(row.Values), len(tb.Columns))}
 			}
-			buf.add(tb, row.Values)
+			vals, err := tb.fit(row.Values)
+			if err != nil {
+				return &MappingError{Partition: r.Partition, Position: r.Next, Err: err}
+			}
+			buf.add(tb, vals)
 		}
 	}
 	if part != "" {
@@ -375,6 +386,9 @@ func (in *instance) PreCommit(ctx context.Context, h Handle, checkpoint uint64) 
 	}
 	out := t.h
 	out.Checkpoint = checkpoint
+	in.mu.Lock()
+	out.Spent = slices.Sorted(maps.Keys(in.spent))
+	in.mu.Unlock()
 	for _, name := range names {
 		if lb := t.branches[name]; lb.prepared {
 			out.Branches = append(out.Branches, BranchState{Target: name, Session: lb.origin.Session, Prepared: lb.origin.Prepared})
@@ -432,7 +446,44 @@ func (in *instance) Commit(ctx context.Context, h Handle) error {
 		}
 	}
 	in.finish(t)
+	in.fenceSpent(ctx, h)
 	return nil
+}
+
+// fenceSpent fences and rolls back the transactions h names as spent
+// (their PreCommit failed and their abort could not claim the marker):
+// no state names them, and being numbered below h's checkpoint, no
+// Restore would touch them. A failure is logged; a later handle names
+// them again.
+func (in *instance) fenceSpent(ctx context.Context, h Handle) {
+	for _, n := range h.Spent {
+		if n >= h.Txn {
+			continue
+		}
+		sp := Handle{Sink: h.Sink, Incarnation: h.Incarnation, Txn: n}
+		row, err := in.claim(ctx, sp)
+		switch {
+		case err == nil && !row.aborted:
+			err = fmt.Errorf("%w: a spent transaction holds a decision", ErrDecided)
+		case err == nil:
+			// Its branches may be on any target, or on none.
+			for _, name := range slices.Sorted(maps.Keys(in.s.targets)) {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.s.cfg.Phase2Timeout)
+				rerr := in.s.targets[name].rm.Rollback(rctx, sp.Ref(name).XID(), xa.Origin{})
+				cancel()
+				if rerr != nil && !errors.Is(rerr, xa.ErrUnknownXID) {
+					err = errors.Join(err, fmt.Errorf("%s: %w", name, rerr))
+				}
+			}
+		}
+		if err != nil {
+			in.log.Warn("sink: fencing a spent transaction failed; a later handle names it again", "txn", n, "err", err)
+			continue
+		}
+		in.mu.Lock()
+		delete(in.spent, n)
+		in.mu.Unlock()
+	}
 }
 
 func (h Handle) id() uint64 {
@@ -624,6 +675,14 @@ func (in *instance) Abort(ctx context.Context, h Handle) error {
 		row, err := in.claim(ctx, h)
 		if err != nil {
 			in.abandonTxn(t)
+			if in.external && h.Incarnation == in.inc {
+				in.mu.Lock()
+				if in.spent == nil {
+					in.spent = map[uint64]bool{}
+				}
+				in.spent[h.Txn] = true
+				in.mu.Unlock()
+			}
 			return fmt.Errorf("sink: aborting checkpoint %d: claiming its abort marker: %w (restore will)", h.id(), err)
 		}
 		if !row.aborted {

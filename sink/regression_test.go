@@ -350,3 +350,74 @@ func TestCheckTables(t *testing.T) {
 		t.Fatalf("Run refused, but wrote %v, %v", my, pg)
 	}
 }
+
+// TestExternalSpentTransactionFenced: an external member's PreCommit fails
+// half-way (MariaDB prepared, PostgreSQL refused) and its abort cannot
+// claim the abort marker (the decisions table is away). No state names
+// that transaction and, numbered below the next checkpoint, no Restore
+// would roll it back: the next handle names it as spent, and committing
+// that handle fences it and rolls its MariaDB branch back. (Found by
+// review: Classify left it, "begun before the restored checkpoint: a
+// restored state names it", holding its locks through every restart.)
+func TestExternalSpentTransactionFenced(t *testing.T) {
+	t.Parallel()
+	e := newEnvOn(t, tgPg)
+	ctx := testCtx(t)
+	if err := e.pg.Server.Exec(ctx, e.pg.Name,
+		"CREATE TABLE flag (fail boolean NOT NULL)",
+		"INSERT INTO flag VALUES (true)",
+		`CREATE FUNCTION refuse_once() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF (SELECT fail FROM flag) THEN RAISE EXCEPTION 'refused at prepare'; END IF; RETURN NULL; END $$`,
+		"CREATE CONSTRAINT TRIGGER refuse AFTER INSERT ON events DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_once()"); err != nil {
+		t.Fatal(err)
+	}
+	recs := records(gen(300, 3))
+	s := e.open()
+	x, err := s.External(ctx, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Restore(ctx, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Write(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pg.Server.Exec(ctx, e.pg.Name, "ALTER TABLE xa_sink_decisions RENAME TO xa_sink_decisions_away"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.PreCommit(ctx, 5); err == nil {
+		t.Fatal("PostgreSQL was to refuse the first prepare")
+	} else {
+		t.Logf("checkpoint 5 failed, its abort unfenced, as arranged: %v", err)
+	}
+	if err := e.pg.Server.Exec(ctx, e.pg.Name, "ALTER TABLE xa_sink_decisions_away RENAME TO xa_sink_decisions",
+		"UPDATE flag SET fail = false"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.Status(ctx); err != nil || len(st.Branches) == 0 {
+		t.Fatalf("status: %d branches, %v; want the failed transaction's MariaDB branch left prepared", len(st.Branches), err)
+	}
+	if err := x.Write(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	h, err := x.PreCommit(ctx, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = roundTrip(t, h)
+	if len(h.Spent) != 1 || h.Spent[0] >= h.Txn {
+		t.Fatalf("checkpoint 6's handle (txn %d) names spent %v; want the failed transaction", h.Txn, h.Spent)
+	}
+	if err := x.Commit(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	e.exactlyOnce(300)
+	st, err := s.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Branches) != 0 {
+		t.Fatalf("branches left prepared after the spent transaction was named: %+v", st.Branches)
+	}
+}

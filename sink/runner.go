@@ -438,12 +438,8 @@ func (x *run[H]) recover(ctx context.Context, cause error) error {
 		return err
 	}
 	// A checkpoint in flight may have failed worse than cause (its
-	// decision unresolved): that one decides whether Run goes on. Carrying
-	// on past an unresolved decision would leave its branches prepared
-	// and undecided behind the checkpoints that follow.
-	if f := x.failed; f != nil && f != cause && (!errors.Is(f, ErrAborted) || errors.Is(f, ErrClosed)) {
-		cause = f
-	}
+	// decision unresolved): that one decides whether Run goes on.
+	cause = worse(cause, x.failed)
 	x.era++
 	x.failed = nil
 	if !errors.Is(cause, ErrAborted) || errors.Is(cause, ErrClosed) {
@@ -531,9 +527,22 @@ func (x *run[H]) finishAll(ctx context.Context) error {
 		err = werr
 	}
 	if err == nil {
-		err = x.failed
+		return x.failed
 	}
-	return err
+	return worse(err, x.failed)
+}
+
+// worse returns the failure that decides whether Run goes on: f, one
+// collected from a checkpoint in flight, when it is worse than an abort
+// (its decision unresolved, the sink closed, anything but ErrAborted), and
+// cause otherwise. Carrying on past an unresolved decision would leave its
+// branches prepared and undecided behind the checkpoints that follow, and
+// read its records again while the decision may yet land.
+func worse(cause, f error) error {
+	if f != nil && f != cause && (cause == nil || !errors.Is(f, ErrAborted) || errors.Is(f, ErrClosed)) {
+		return f
+	}
+	return cause
 }
 
 // sweeper runs Owner.Sweep every SweepInterval on a goroutine of its own:
@@ -610,12 +619,11 @@ func (h handler[H]) Revoked(ctx context.Context, partitions []string) error {
 	x := h.x
 	if err := x.finishAll(ctx); err != nil {
 		// Aborted: the partitions go at the committed positions; the
-		// others are read again after this Poll.
+		// others are read again after this Poll. (Unresolved: Run stops
+		// after this Poll.)
 		x.era++
 		x.failed = nil
-		if x.interrupted == nil {
-			x.interrupted = err
-		}
+		x.interrupted = worse(x.interrupted, err)
 	}
 	for _, p := range partitions {
 		delete(x.owned, p)
@@ -636,11 +644,14 @@ func (h handler[H]) Lost(ctx context.Context, partitions []string) error {
 		x.abort(ctx, s, fmt.Errorf("%w: partitions %v were lost", ErrTakenOver, partitions))
 	}
 	x.waitAll(ctx)
+	failed := x.failed
 	x.era++
 	x.failed = nil
 	if x.interrupted == nil {
 		x.interrupted = &AbortError{Reason: fmt.Errorf("%w: %w: partitions %v", errLost, ErrTakenOver, partitions)}
 	}
+	// A checkpoint whose decision came back unresolved stops Run.
+	x.interrupted = worse(x.interrupted, failed)
 	for _, p := range partitions {
 		delete(x.owned, p)
 	}

@@ -326,6 +326,11 @@ type Handle struct {
 	// Partitions are the positions after the checkpoint's records, with
 	// the epochs they were written under.
 	Partitions []PartitionPosition `json:"partitions,omitempty"`
+	// Spent (external members) are earlier transactions of the same
+	// incarnation whose PreCommit failed and whose abort could not be
+	// fenced then: committing this handle, or restoring it, fences and
+	// rolls them back.
+	Spent []uint64 `json:"spent,omitempty"`
 }
 
 // BranchState is one prepared branch of a Handle.
