@@ -45,9 +45,12 @@ type Column struct {
 	//     written as such, objects and arrays as JSON text. A number is
 	//     written as an int64 if it is one, else as a float64 if that
 	//     holds it exactly (its shortest decimal form is the same number),
-	//     else as its JSON text, which the database converts into the
-	//     column's type (NUMERIC, DECIMAL, BIGINT UNSIGNED: exactly): a
-	//     number is never changed by the mapping.
+	//     else as its JSON text: a number is never changed by the mapping.
+	//     The sink then writes each value for its column's type (see
+	//     docs/sink.md, "Values and column types"): a number that is not
+	//     an integer is refused for an integer column, a number in
+	//     exponent form goes to a NUMERIC/DECIMAL column in plain decimal
+	//     notation, and a number goes to a text column as its text.
 	From string
 }
 
@@ -224,9 +227,9 @@ func jsonValue(v any) (any, error) {
 // jsonNumber returns a JSON number as an int64 if it is one, else as a
 // float64 if that is the same number (its shortest decimal form has the
 // number's value), else as its JSON text: a value is never changed on the
-// way to the database, which converts the text into the column's type
-// (NUMERIC, DECIMAL and BIGINT UNSIGNED exactly; an integer column refuses
-// what it cannot hold).
+// way to the database; table.fit then writes it for its column's type
+// (plain decimal notation for NUMERIC and DECIMAL, exactly; a fraction is
+// refused for an integer column).
 func jsonNumber(text string) any {
 	if i, err := strconv.ParseInt(text, 10, 64); err == nil {
 		return i
@@ -329,10 +332,15 @@ func (t Table) validate() error {
 	if t.Upsert && len(t.Key) == 0 {
 		return fmt.Errorf("%w: table %s: upsert needs its key columns (Key)", ErrConfig, t.id())
 	}
+	keys := map[string]bool{}
 	for _, k := range t.Key {
 		if !seen[k] {
 			return fmt.Errorf("%w: table %s: key column %s is not among its columns", ErrConfig, t.id(), k)
 		}
+		if keys[k] {
+			return fmt.Errorf("%w: table %s: key column %s twice", ErrConfig, t.id(), k)
+		}
+		keys[k] = true
 	}
 	return nil
 }

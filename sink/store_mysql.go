@@ -407,11 +407,13 @@ func (s *myStore) tableExists(ctx context.Context, name string) (bool, error) {
 	return n > 0, err
 }
 
-// tableShape reads information_schema.COLUMNS and STATISTICS: a unique
-// key is an index with NON_UNIQUE = 0 whose every part is a whole column
-// (no prefix, SUB_PART; no expression, COLUMN_NAME NULL).
+// tableShape reads information_schema.COLUMNS (names, types,
+// AUTO_INCREMENT) and STATISTICS: a unique key is an index with
+// NON_UNIQUE = 0 whose every part is a whole column (no prefix, SUB_PART;
+// no expression, COLUMN_NAME NULL). An upsert matches on any unique key
+// (ON DUPLICATE KEY UPDATE).
 func (s *myStore) tableShape(ctx context.Context, name string) (tableShape, error) {
-	sh := tableShape{foldCase: true}
+	sh := tableShape{foldCase: true, anyUnique: true}
 	ok, err := s.tableExists(ctx, name)
 	if err != nil || !ok {
 		return sh, err
@@ -423,18 +425,22 @@ func (s *myStore) tableShape(ctx context.Context, name string) (tableShape, erro
 		schema = parts[0]
 	}
 	table := parts[len(parts)-1]
-	rows, err := s.db.QueryContext(ctx, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+	rows, err := s.db.QueryContext(ctx, "SELECT COLUMN_NAME, LOWER(DATA_TYPE), EXTRA FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
 		schema, table)
 	if err != nil {
 		return sh, err
 	}
 	for rows.Next() {
-		var c string
-		if err := rows.Scan(&c); err != nil {
+		var c, typ, extra string
+		if err := rows.Scan(&c, &typ, &extra); err != nil {
 			rows.Close()
 			return sh, err
 		}
 		sh.columns = append(sh.columns, c)
+		sh.types = append(sh.types, typ)
+		if strings.Contains(strings.ToLower(extra), "auto_increment") {
+			sh.autoInc = append(sh.autoInc, c)
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {

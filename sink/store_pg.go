@@ -309,7 +309,8 @@ func (s *pgStore) tableExists(ctx context.Context, name string) (bool, error) {
 	return ok, err
 }
 
-// tableShape reads pg_attribute and pg_index for the table to_regclass
+// tableShape reads pg_class (what the relation is), pg_attribute (names
+// and types; a domain's base type) and pg_index for the table to_regclass
 // finds (the search path, as the sink's statements): a unique key is a
 // valid, immediate, unique index on columns only (no expression), without
 // a predicate, as ON CONFLICT (columns) infers its arbiter.
@@ -321,12 +322,40 @@ func (s *pgStore) tableShape(ctx context.Context, name string) (tableShape, erro
 		return sh, err
 	}
 	sh.exists = true
-	rows, err := s.pool.Query(ctx, `SELECT attname::text FROM pg_attribute
-		WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, ident)
+	var relkind string
+	if err := s.pool.QueryRow(ctx, `SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)`, ident).Scan(&relkind); err != nil {
+		return sh, err
+	}
+	switch relkind {
+	case "r", "p": // an ordinary or a partitioned table
+	case "v":
+		sh.relkind = "view"
+	case "m":
+		sh.relkind = "materialized view"
+	case "f":
+		sh.relkind = "foreign table"
+	case "S":
+		sh.relkind = "sequence"
+	default:
+		sh.relkind = "relation of kind " + relkind
+	}
+	rows, err := s.pool.Query(ctx, `SELECT a.attname::text, CASE WHEN t.typtype = 'd' THEN b.typname ELSE t.typname END::text
+		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid LEFT JOIN pg_type b ON b.oid = t.typbasetype
+		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, ident)
 	if err != nil {
 		return sh, err
 	}
-	if sh.columns, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+	for rows.Next() {
+		var c, typ string
+		if err := rows.Scan(&c, &typ); err != nil {
+			rows.Close()
+			return sh, err
+		}
+		sh.columns = append(sh.columns, c)
+		sh.types = append(sh.types, typ)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
 		return sh, err
 	}
 	rows, err = s.pool.Query(ctx, `SELECT i.indexrelid::int8, a.attname::text

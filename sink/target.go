@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -119,6 +120,9 @@ type table struct {
 	Table
 	t      *target
 	keyIdx []int
+	// kinds are the kinds of Columns in the target's catalogue, recorded
+	// by the table check that every instance runs first (nil before).
+	kinds atomic.Pointer[[]colKind]
 	// MySQL: "INSERT INTO `t` (`a`,`b`) VALUES ", "(?,?)", and the
 	// upsert clause.
 	myPrefix, myRow, mySuffix string

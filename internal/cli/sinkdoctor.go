@@ -65,6 +65,13 @@ func tableFix(te *sink.TableError) string {
 		fix = append(fix, fmt.Sprintf("give %s a primary key or unique index on exactly (%s), e.g. ALTER TABLE %s ADD UNIQUE (%s): without one, MySQL's ON DUPLICATE KEY UPDATE inserts a row per record and PostgreSQL's ON CONFLICT refuses; sink run refuses the table meanwhile",
 			te.Table, key, te.Table, key))
 	}
+	if te.Relkind != "" {
+		fix = append(fix, fmt.Sprintf("map the table the %s %s reads from, or another table: the sink writes ordinary or partitioned tables only", te.Relkind, te.Table))
+	}
+	if len(te.OtherUniques) > 0 {
+		fix = append(fix, fmt.Sprintf("drop the unique keys of %s other than the upsert key's (or make the upsert key the only one), or write %s with plain INSERT: MySQL's ON DUPLICATE KEY UPDATE fires on any unique key, and a record could update another key's row; sink run refuses the table meanwhile",
+			te.Table, te.Table))
+	}
 	return strings.Join(fix, "; ")
 }
 
