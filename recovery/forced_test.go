@@ -3,6 +3,7 @@ package recovery_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,5 +136,52 @@ func TestForcedRollbackFences(t *testing.T) {
 			"mixed outcome; want the forced rollback to record the abort first (LogCommit = ErrAbortRecorded)", x0, x1, err1)
 	} else if !errors.Is(err, xa.ErrAbortRecorded) {
 		t.Fatalf("LogCommit = %v", err)
+	}
+}
+
+// TestCommitRefusalSaysWhy: a commit refused because no commit is logged
+// names the scanner's real verdict: another log's branch, one inside the
+// grace period (recovery waits, it does not roll back), one whose sibling
+// was committed by hand. (Found by a walkthrough: every refusal said
+// "presumed abort says roll it back".)
+func TestCommitRefusalSaysWhy(t *testing.T) {
+	ctx := context.Background()
+	db0, db1 := memrm.NewDB(), memrm.NewDB()
+	rm0, rm1 := memrm.New("maria", db0, nil), memrm.New("pg", db1, nil)
+	log := oldLog(t, "n1", 2*time.Hour)
+	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{rm0, rm1}, Log: log, Nodes: []string{"n1"}, Grace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusal := func(x xa.XID) string {
+		t.Helper()
+		_, err := sc.Resolve(ctx, x, xa.OutcomeCommit, recovery.ResolveOptions{})
+		if !errors.Is(err, recovery.ErrContradiction) {
+			t.Fatalf("commit of %s: %v, want ErrContradiction", x, err)
+		}
+		return err.Error()
+	}
+	other, _ := xa.NewLogID()
+	old, _ := xa.NewGlobalID("n1", time.Now().Add(-time.Hour))
+	young, _ := xa.NewGlobalID("n1", time.Now())
+	hand, _ := xa.NewGlobalID("n1", time.Now().Add(-time.Hour))
+	xOther := preparedRef(t, rm0, xa.BranchRef{ID: old, Index: 0, Log: other})
+	xYoung := preparedRef(t, rm0, xa.BranchRef{ID: young, Index: 0, Log: log.Identity().ID})
+	xHand0 := preparedRef(t, rm0, xa.BranchRef{ID: hand, Index: 0, Log: log.Identity().ID})
+	xHand1 := preparedRef(t, rm1, xa.BranchRef{ID: hand, Index: 1, Log: log.Identity().ID})
+	if _, err := sc.Resolve(ctx, xHand0, xa.OutcomeCommit, recovery.ResolveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		x    xa.XID
+		want string
+	}{
+		{xOther, "belongs to decision log " + other.String()},
+		{xYoung, "grace period, and its coordinator may still decide"},
+		{xHand1, "was committed by hand"},
+	} {
+		if got := refusal(c.x); !strings.Contains(got, c.want) {
+			t.Errorf("commit of %s refused with %q; want it to say %q", c.x, got, c.want)
+		}
 	}
 }

@@ -180,11 +180,21 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 				missing = append(missing, d.Participant)
 			}
 		}
+		hs, err := s.cfg.Log.Heuristics(ctx)
+		if err != nil {
+			return res, fmt.Errorf("recovery: reading the decision log's heuristic records: %w", err)
+		}
+		var handCommit *xa.HeuristicRecord
+		for i, hr := range hs {
+			if bytes.Equal(hr.XID.Gtrid, x.Gtrid) && hr.Action == xa.OutcomeCommit && !hr.XID.Equal(x) {
+				handCommit = &hs[i]
+			}
+		}
 		switch {
 		case action == xa.OutcomeCommit && aborted:
 			res.Contradiction = "an abort is recorded for its transaction (presumed abort): its other branches are rolled back"
 		case action == xa.OutcomeCommit && !res.Logged:
-			res.Contradiction = "no commit is logged for its transaction: presumed abort says roll it back"
+			res.Contradiction = s.noCommitReason(ref, handCommit, a, known)
 		case action == xa.OutcomeRollback && res.Logged:
 			res.Contradiction = "a commit is logged for its transaction: recovery will commit it"
 		case action == xa.OutcomeRollback && aborted:
@@ -199,10 +209,6 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 			res.Contradiction = fmt.Sprintf("the decision log delegated decisions to %s, not configured here: its commit may be stored there", strings.Join(missing, ", "))
 		}
 		if res.Contradiction == "" {
-			hs, err := s.cfg.Log.Heuristics(ctx)
-			if err != nil {
-				return res, fmt.Errorf("recovery: reading the decision log's heuristic records: %w", err)
-			}
 			for _, hr := range hs {
 				if bytes.Equal(hr.XID.Gtrid, x.Gtrid) && hr.Action != action {
 					res.Contradiction = fmt.Sprintf("branch %s on %s of the same transaction was resolved by hand with %s: the outcome would be mixed", hr.XID, hr.RM, hr.Action)
@@ -296,6 +302,26 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 		}
 	}
 	return res, nil
+}
+
+// noCommitReason says why committing a branch whose transaction has no
+// commit decision here contradicts the log, as the scanner would judge
+// the branch.
+func (s *Scanner) noCommitReason(ref xa.BranchRef, hand *xa.HeuristicRecord, age time.Duration, known bool) string {
+	switch {
+	case ref.Log != s.ident.ID:
+		return fmt.Sprintf("no commit is logged for it here: it belongs to decision log %s (node %s), not to this one (%s); "+
+			"its decision, if any, is in that log: resolve it with that log", logName(ref.Log), ref.ID.Node, s.ident.ID)
+	case ref.ID.Begun.Before(s.ident.Created.Truncate(time.Millisecond)):
+		return "no commit is logged for it in this log, and it began before this log was created: its decision, if any, is in an earlier log"
+	case hand != nil:
+		return fmt.Sprintf("no commit is logged for its transaction, but branch %s on %s of it was committed by hand: "+
+			"committing this one too matches that (recovery leaves it prepared, blocked, until then)", hand.XID, hand.RM)
+	case !known || age <= s.cfg.Grace:
+		return fmt.Sprintf("no commit is logged for its transaction yet: it is %s old, inside the %v grace period, and its coordinator "+
+			"may still decide either way (recovery waits; see xactl list)", ageText(age, known), s.cfg.Grace)
+	}
+	return "no commit is logged for its transaction: presumed abort says roll it back"
 }
 
 // sharesServer reports whether the participant named name is rm or lists
