@@ -39,9 +39,10 @@ type Column struct {
 	//   - "key", "partition", "position", "time": the record's key (text),
 	//     partition, position after it (Next) and time;
 	//   - "$": the whole value, as JSON text;
-	//   - a JSON path into the value: "$.a.b[0].c", or "a.b[0].c" without
-	//     the "$." (a field named like one of the words above needs the
-	//     "$."). A missing field is NULL. Strings, booleans and null are
+	//   - a JSON path into the value, starting with "$": "$.a.b[0].c",
+	//     "$[1]". Anything else is refused: a misspelt word above would
+	//     otherwise read as a field that is missing in every record and
+	//     land as NULL. A missing field is NULL. Strings, booleans and null are
 	//     written as such, objects and arrays as JSON text. A number is
 	//     written as an int64 if it is one, else as a float64 if that
 	//     holds it exactly (its shortest decimal form is the same number),
@@ -112,13 +113,14 @@ func parseFrom(from string) (colSource, error) {
 		return colSource{}, errors.New("no source (From is empty)")
 	}
 	p := from
-	if strings.HasPrefix(p, "$") {
-		p = p[1:]
-		if !strings.HasPrefix(p, ".") && !strings.HasPrefix(p, "[") {
-			return colSource{}, fmt.Errorf("JSON path %q: want $.field or $[index] after $", from)
-		}
-		p = strings.TrimPrefix(p, ".")
+	if !strings.HasPrefix(p, "$") {
+		return colSource{}, fmt.Errorf("source %q: want key, partition, position, time, $ (the whole value) or a JSON path starting with $ ($.%s)", from, from)
 	}
+	p = p[1:]
+	if !strings.HasPrefix(p, ".") && !strings.HasPrefix(p, "[") {
+		return colSource{}, fmt.Errorf("JSON path %q: want $.field or $[index] after $", from)
+	}
+	p = strings.TrimPrefix(p, ".")
 	var steps []step
 	for p != "" {
 		if p[0] == '[' {
