@@ -178,7 +178,7 @@ func (e *HeuristicError) Unwrap() error { return ErrHeuristic }
 // refused the session (the kind of its *Error is ErrConnect), and how to
 // fix it.
 type ConnectError struct {
-	What string // e.g. "authentication failed as 'app'@'%' at db1:3306"
+	What string // e.g. "authentication failed as user 'app' at db1:3306"
 	Fix  string
 	Err  error // the driver's error
 }

@@ -134,20 +134,25 @@ func TestCheckRestrictedUser(t *testing.T) {
 	}
 }
 
-// Open fails clearly: no name, an unparsable DSN, a wrong password, an
-// unknown database (ErrMisconfigured with the server's error), no server
-// (a connection error naming the address).
+// Open fails clearly: no name and an unparsable DSN (errors of the
+// caller's configuration, of no kind: the database is not misconfigured),
+// a wrong password (a failed login naming the user, not a host the server
+// did not say), an unknown database, no server (a connection error naming
+// the address).
 func TestOpenErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.MySQLDB(t)
+	var xe *xa.Error
 	_, err := Open(ctx, Config{DSN: db.DSN()})
-	wantKind(t, err, xa.ErrMisconfigured)
+	if !errors.As(err, &xe) || xe.Kind != nil {
+		t.Fatalf("no name: %v; want an *xa.Error of no kind", err)
+	}
 
 	_, err = Open(ctx, Config{Name: "x", DSN: "not a dsn"})
-	wantKind(t, err, xa.ErrMisconfigured)
-	if !strings.Contains(err.Error(), "invalid DSN") {
-		t.Fatalf("%v", err)
+	if !errors.As(err, &xe) || xe.Kind != nil || errors.Is(err, xa.ErrMisconfigured) ||
+		strings.Contains(err.Error(), "misconfigured") || !strings.Contains(err.Error(), "invalid DSN") {
+		t.Fatalf("invalid DSN: %v; want an *xa.Error of no kind saying invalid DSN", err)
 	}
 
 	cfg, _ := gomysql.ParseDSN(db.DSN())
@@ -157,6 +162,9 @@ func TestOpenErrors(t *testing.T) {
 	wantMySQLErr(t, err, erAccessDenied)
 	if errors.Is(err, xa.ErrMisconfigured) || !strings.Contains(err.Error(), "authentication failed") {
 		t.Fatalf("a wrong password: %v; want a failed login, not a two-phase-commit misconfiguration", err)
+	}
+	if !strings.Contains(err.Error(), "as user '"+cfg.User+"' at") || strings.Contains(err.Error(), "@'%'") {
+		t.Fatalf("a wrong password: %v; want the user named, and no host the server did not say", err)
 	}
 
 	cfg, _ = gomysql.ParseDSN(db.DSN())

@@ -247,7 +247,9 @@ func (rm *RM) rmError(op string, xid xa.XID, kind error, err error) error {
 	var ce *xa.ConnectError
 	if kind == xa.ErrConnect && !errors.As(err, &ce) {
 		if what, fix := connectProblem(err); what != "" {
-			err = &xa.ConnectError{What: fmt.Sprintf("%s as %s at %s", what, rm.user, rm.addr), Fix: fix, Err: err}
+			// As user U, not 'U'@'%': the server's own message names
+			// the host it saw.
+			err = &xa.ConnectError{What: fmt.Sprintf("%s as user %s at %s", what, rm.userName, rm.addr), Fix: fix, Err: err}
 		}
 	}
 	if kind == xa.ErrMisconfigured && !strings.Contains(err.Error(), "(fix: ") {

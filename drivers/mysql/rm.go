@@ -47,13 +47,15 @@ const sidePoolSize = 4
 // RM is a MySQL/MariaDB resource manager: an xa.ResourceManager over a
 // pool of sessions. It is safe for concurrent use.
 type RM struct {
-	name   string
-	user   string // the DSN's user, for fix messages
-	addr   string
-	db     *sql.DB // sessions for branches and RM-level commands
-	side   *sql.DB // KILL QUERY only
-	log    *slog.Logger
-	closed atomic.Bool
+	name string
+	user string // the DSN's user as 'U'@'%', for the GRANTs of fix messages
+	// userName is the DSN's user, quoted, for connection errors.
+	userName string
+	addr     string
+	db       *sql.DB // sessions for branches and RM-level commands
+	side     *sql.DB // KILL QUERY only
+	log      *slog.Logger
+	closed   atomic.Bool
 	// conns maps CONNECTION_ID() to this RM's open connections, so that
 	// Commit and Rollback can tell that a preparing session still
 	// connected is one of ours that has since ended its branch.
@@ -69,10 +71,11 @@ var _ xa.ResourceManager = (*RM)(nil)
 
 // Open opens the RM's pool on cfg.DSN. Unless cfg.SkipCheck is set it
 // pings the server and runs Check, and fails (with ErrMisconfigured and
-// the fixes) when a finding fails.
+// the fixes) when a finding fails. A missing name or an invalid DSN is an
+// error of the caller's configuration, of no kind: not the database's.
 func Open(ctx context.Context, cfg Config) (*RM, error) {
 	if cfg.Name == "" {
-		return nil, &xa.Error{Op: opOpen, Kind: xa.ErrMisconfigured, Err: errors.New("mysql: Config.Name is required")}
+		return nil, &xa.Error{Op: opOpen, Err: errors.New("mysql: Config.Name is required")}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -80,7 +83,7 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 	}
 	dsn, err := gomysql.ParseDSN(cfg.DSN)
 	if err != nil {
-		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Kind: xa.ErrMisconfigured, Err: fmt.Errorf("invalid DSN: %w", err)}
+		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Err: fmt.Errorf("invalid DSN: %w", err)}
 	}
 	dsn.Logger = driverLogger{log}
 	main := dsn.Clone()
@@ -88,19 +91,20 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 	main.InterpolateParams = true
 	inner, err := gomysql.NewConnector(main)
 	if err != nil {
-		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Kind: xa.ErrMisconfigured, Err: fmt.Errorf("DSN: %w", err)}
+		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Err: fmt.Errorf("invalid DSN: %w", err)}
 	}
 	sideConnector, err := gomysql.NewConnector(dsn.Clone())
 	if err != nil {
-		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Kind: xa.ErrMisconfigured, Err: fmt.Errorf("DSN: %w", err)}
+		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Err: fmt.Errorf("invalid DSN: %w", err)}
 	}
 	rm := &RM{
-		name: cfg.Name,
-		user: fmt.Sprintf("'%s'@'%%'", dsn.User),
-		addr: dsn.Addr,
-		side: sql.OpenDB(sideConnector),
-		log:  log.With("rm", cfg.Name),
-		now:  cfg.now,
+		name:     cfg.Name,
+		user:     fmt.Sprintf("'%s'@'%%'", dsn.User),
+		userName: fmt.Sprintf("'%s'", dsn.User),
+		addr:     dsn.Addr,
+		side:     sql.OpenDB(sideConnector),
+		log:      log.With("rm", cfg.Name),
+		now:      cfg.now,
 	}
 	if rm.now == nil {
 		rm.now = time.Now

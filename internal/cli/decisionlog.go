@@ -91,7 +91,7 @@ func openFileLog(dir string, mode logMode, logger *slog.Logger) (*decisionLog, e
 	case mode.write:
 		l, err := filelog.Open(dir, filelog.Options{Logger: logger})
 		if errors.Is(err, filelog.ErrLocked) {
-			return nil, fmt.Errorf("%w\nA transaction manager is running with this decision log: it resolves its own in-doubt branches. "+
+			return nil, fmt.Errorf("%w\nAnother process (a transaction manager or xactl recover --watch) has this decision log open: it resolves the in-doubt branches itself. "+
 				"Stop it to resolve them with xactl, or use --dry-run / xactl list, which read the log without taking it", err)
 		}
 		if err != nil {

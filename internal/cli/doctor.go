@@ -341,7 +341,20 @@ func doctorPlan(ctx context.Context, c *config.Config, g *globals) []xa.Finding 
 			fs = append(fs, xa.Finding{Name: "branches: " + a.v.String(), Value: fmt.Sprintf("%d; e.g. %s", n, example), Severity: a.sev, Fix: a.fix})
 		}
 	}
-	if len(fs) == 0 {
+	// What could not be listed is not known: never "none" there.
+	var missing []string
+	for _, m := range unlisted(ps, rep) {
+		missing = append(missing, m.Participant+" "+m.Error)
+	}
+	switch {
+	case len(missing) > 0:
+		value := "not known: " + strings.Join(missing, "; ")
+		if len(fs) == 0 && len(rep.Participants) > 0 {
+			value = "none prepared on " + strings.Join(rep.Participants, ", ") + "; " + value
+		}
+		fs = append(fs, xa.Finding{Name: "branches of ours", Value: value, Severity: xa.SeverityFail,
+			Fix: "nothing is known about the prepared branches of a participant that could not be listed: see its findings"})
+	case len(fs) == 0:
 		fs = append(fs, xa.Finding{Name: "branches of ours", Value: "none prepared on " + strings.Join(rep.Participants, ", "), Severity: xa.SeverityOK})
 	}
 	return fs

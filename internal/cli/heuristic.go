@@ -129,7 +129,11 @@ transaction manager that has it open first.`,
 			return g.out.result(v, func(w io.Writer) {
 				fmt.Fprintf(w, "cleared %s of %s on %s\n", plural(len(v.Cleared), "heuristic record"), v.XID, v.Participant)
 				if len(v.Remaining) > 0 {
-					fmt.Fprintf(w, "%s remain:\n", plural(len(v.Remaining), "heuristic record"))
+					verb := "remain"
+					if len(v.Remaining) == 1 {
+						verb = "remains"
+					}
+					fmt.Fprintf(w, "%s %s:\n", plural(len(v.Remaining), "heuristic record"), verb)
 					printHeuristics(w, v.Remaining)
 				}
 			})

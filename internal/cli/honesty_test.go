@@ -135,8 +135,11 @@ func TestWrongCredentials(t *testing.T) {
 		if strings.Contains(all, "misconfigured for two-phase commit") {
 			t.Errorf("a wrong password is called a two-phase-commit misconfiguration: %s", r)
 		}
-		if !strings.Contains(all, myName+": could not be opened: authentication failed") {
+		if !strings.Contains(all, myName+": could not be opened: authentication failed as user '"+user+"'") {
 			t.Errorf("the wrong password is not reported as a failed login: %s", r)
+		}
+		if strings.Contains(all, "'"+user+"'@'%'") {
+			t.Errorf("the failed login names a host the server did not say: %s", r)
 		}
 		if !strings.Contains(all, pgName+": could not be opened: the server refused the login") {
 			t.Errorf("the unknown user is not reported as a refused login: %s", r)

@@ -297,7 +297,7 @@ touched). ACTION is what 'xactl recover' would do now:
   anomaly: ...                 its commit record does not list it
 
 Branches of the exactly-once sinks (sinks:, xactl sink) have a table of
-their own: the sink, the instance (incarnation) and checkpoint in the XID,
+their own: the XID, and the sink, instance (incarnation) and checkpoint it names,
 its target, and what the sink's restore would do with it (from the sink's
 decisions in its progress target; xactl sink status NAME explains). They
 are never the transaction manager's to resolve.

@@ -64,9 +64,20 @@ directory holds anything that looks like one. Every other command opens an
 existing log only.`, xa.DefaultPhase2Attempts, xa.DefaultPhase2Timeout),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.loadConfig(config.Need{Log: true, Node: true})
+			c, err := g.loadConfig(config.Need{Log: true})
 			if err != nil {
 				return err
+			}
+			if c.Node == "" {
+				// Where a log exists, that is the error (exit 1), not the
+				// node a new one would need.
+				if _, err := filelog.Verify(c.Log.Dir); err == nil || errors.Is(err, filelog.ErrCorrupt) {
+					return fmt.Errorf("%w: %s holds one\nxactl log init creates a log only where there is none: nothing was changed. "+
+						"xactl log verify shows the identity of the log there", filelog.ErrExist, c.Log.Dir)
+				}
+				if err := c.Validate(config.Need{Log: true, Node: true}); err != nil {
+					return usageErr("%w\n(see xactl --help for the configuration file)", err)
+				}
 			}
 			if timeout <= 0 {
 				return usageErr("--timeout must be positive")
@@ -338,8 +349,8 @@ found.`,
 			err = g.out.result(v, func(w io.Writer) {
 				fmt.Fprintf(w, "decision log in %s\n", v.Dir)
 				fmt.Fprintf(w, "identity: %s\n", v.Identity.text())
-				fmt.Fprintf(w, "%s; records: %d commit, %d forget, %d heuristic, %d clear, %d abort, %d forget-abort, %d delegation\n",
-					plural(v.Segments, "segment"), rc.Commit, rc.Forget, rc.Heuristic, rc.Clear, rc.Abort, rc.ForgetAbort, rc.Delegation)
+				fmt.Fprintf(w, "%s; records: %d commit, %d forget, %d heuristic, %d clear, %d abort, %d forget-abort, %d delegation, %d link\n",
+					plural(v.Segments, "segment"), rc.Commit, rc.Forget, rc.Heuristic, rc.Clear, rc.Abort, rc.ForgetAbort, rc.Delegation, rc.Link)
 				fmt.Fprintf(w, "live: %d commit, %d abort, %d heuristic, %d delegation\n", v.LiveCommits, v.LiveAborts, v.LiveHeuristics, v.Delegations)
 				if v.InUse {
 					fmt.Fprintln(w, "note: a transaction manager has the log open; a torn tail may be a write in progress")

@@ -47,6 +47,16 @@ func (p *printer) result(v any, human func(w io.Writer)) error {
 	return nil
 }
 
+// line prints v as result does, but JSON as one compact document on one
+// line: a stream of results (recover --watch) is JSON Lines.
+func (p *printer) line(v any, human func(w io.Writer)) error {
+	if p.json {
+		return json.NewEncoder(p.stdout).Encode(v)
+	}
+	human(p.stdout)
+	return nil
+}
+
 // errors prints errs for people, on stderr; in JSON they are part of the
 // result.
 func (p *printer) errors(errs []string) {

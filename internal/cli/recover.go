@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -49,6 +50,11 @@ is safe.
 
 The decision log is taken for writing; while a transaction manager has it
 open, use --dry-run (it runs recovery itself).
+
+With --watch, a report is printed after every scan that found or did
+something; with -o json, after every scan, each report one compact JSON
+document on a line of its own (JSON Lines), so that a reader can take one
+line at a time.
 
 Exit code 3 when branches of ours remain in doubt after the run, or a
 record is kept because a participant it names was not seen (its branches
@@ -96,7 +102,7 @@ there may be in doubt); 1 when a participant could not be listed.`,
 				if err != nil {
 					return err
 				}
-				v := viewReport(c, sc, ps, rep, dry)
+				v := viewReport(ctx, c, sc, ps, rep, dry, g.sinkLogger())
 				if err := g.out.result(v, v.print); err != nil {
 					return err
 				}
@@ -143,8 +149,10 @@ there may be in doubt); 1 when a participant could not be listed.`,
 					if !g.out.json {
 						fmt.Fprintf(g.stdout, "--- %s\n", time.Now().Format(time.RFC3339))
 					}
-					v := viewReport(c, sc, ps, rep, false)
-					g.out.result(v, v.print) //nolint:errcheck
+					sctx, cancel := context.WithTimeout(ctx, g.timeout)
+					v := viewReport(sctx, c, sc, ps, rep, false, g.sinkLogger())
+					cancel()
+					g.out.line(v, v.print) //nolint:errcheck
 					g.out.errors(v.Errors)
 				}
 			})
@@ -197,15 +205,15 @@ func ids(gs []xa.GlobalID) []string {
 	return out
 }
 
-func viewReport(c *config.Config, sc *recovery.Scanner, ps *participants, rep recovery.Report, dry bool) reportView {
+func viewReport(ctx context.Context, c *config.Config, sc *recovery.Scanner, ps *participants, rep recovery.Report, dry bool, logger *slog.Logger) reportView {
 	v := reportView{DryRun: dry, Log: viewIdentity(sc.Identity()), Grace: sc.Grace().String(),
 		Listed: append([]string{}, rep.Participants...), Unlisted: unlisted(ps, rep),
 		Branches: viewBranches(rep, sc.Grace(), nil), Aborted: ids(rep.Aborted), Forgotten: ids(rep.Forgotten),
 		ForgottenAborts: ids(rep.ForgottenAborts), Kept: []keptView{}, InDoubt: rep.InDoubt(),
 		Errors: errStrings(append(ps.openErrors(), explainAll(rep.Errors)...))}
-	// Sink branches are named as the sink's, not judged: recover never
-	// touches them.
-	annotateSinkBranches(v.Branches, rep.Branches, readSinkRestores(context.Background(), c, rep.Branches, false, nil))
+	// Sink branches are the sink's: recover never touches them, and shows
+	// what the sink's restore would do with them, as list does.
+	annotateSinkBranches(v.Branches, rep.Branches, readSinkRestores(ctx, c, rep.Branches, true, logger))
 	for _, k := range rep.Kept {
 		v.Kept = append(v.Kept, keptView{GlobalID: k.ID.String(), Reason: k.Reason})
 		if k.Unseen {

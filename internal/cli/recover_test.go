@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
@@ -278,6 +279,14 @@ func TestRecoverWatch(t *testing.T) {
 	e.wantRows(2, false, false)
 	if !strings.Contains(stdout.String(), `"branches"`) {
 		t.Errorf("recover --watch -o json printed no report:\n%s", stdout.String())
+	}
+	// JSON Lines: one compact report per line.
+	lines := strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
+	for i, l := range lines {
+		var rep recoverJSON
+		if err := json.Unmarshal([]byte(l), &rep); err != nil || rep.InDoubt == nil {
+			t.Fatalf("line %d of recover --watch -o json is not a report (%v): %q", i+1, err, l)
+		}
 	}
 }
 

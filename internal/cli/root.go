@@ -13,9 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -54,6 +56,10 @@ var errInDoubt = &exitError{code: ExitInDoubt}
 func usageErr(format string, args ...any) error {
 	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
 }
+
+// minOpTimeout is the shortest --op-timeout: less leaves no time to reach
+// a database.
+const minOpTimeout = time.Second
 
 // globals are the persistent flags.
 type globals struct {
@@ -125,6 +131,23 @@ func usageArgs(cmd *cobra.Command) {
 			return nil
 		}
 	}
+	if cmd.HasParent() && cmd.HasSubCommands() && !cmd.Runnable() {
+		// A group (xactl log, sink, heuristic): cobra would print its help
+		// for any argument and exit 0; an unknown subcommand is a usage
+		// error, as at the top level.
+		cmd.RunE = func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return c.Help()
+			}
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+			if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+			}
+			return usageErr("%s\nRun '%s --help' for its commands", msg, c.CommandPath())
+		}
+		// Its usage names its commands only, as before it could run.
+		cmd.SetUsageTemplate(strings.Replace(cmd.UsageTemplate(), "{{if .Runnable}}\n  {{.UseLine}}{{end}}", "", 1))
+	}
 	for _, sub := range cmd.Commands() {
 		usageArgs(sub)
 	}
@@ -164,6 +187,9 @@ status: branches its restore will not resolve by itself).`,
 		SilenceErrors: true,
 		// The output format is chosen once, for every command.
 		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if g.timeout < minOpTimeout {
+				return usageErr("--op-timeout %v: must be at least %v (the time limit for the whole command)", g.timeout, minOpTimeout)
+			}
 			p, err := g.newPrinter()
 			if err != nil {
 				return err
@@ -211,8 +237,13 @@ func (g *globals) loadConfig(need config.Need) (*config.Config, error) {
 		path = "xactl.yaml"
 	}
 	var c *config.Config
-	if _, err := os.Stat(path); err != nil && !explicit {
+	noFile := "" // the default file, not found
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && !explicit {
 		c = &config.Config{} // no file: env and flags only
+		noFile = path
+		if abs, err := filepath.Abs(path); err == nil {
+			noFile = abs
+		}
 	} else {
 		var err error
 		if c, err = config.Load(path); err != nil {
@@ -230,6 +261,10 @@ func (g *globals) loadConfig(need config.Need) (*config.Config, error) {
 	}
 	c.Defaults()
 	if err := c.Validate(need); err != nil {
+		if noFile != "" {
+			return nil, &exitError{code: ExitUsage, err: fmt.Errorf("%w\nNo configuration file was read: %s does not exist. "+
+				"Name one with --config or $XACTL_CONFIG (see xactl --help for its format)", err, noFile)}
+		}
 		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("%w\n(see xactl --help for the configuration file)", err)}
 	}
 	return c, nil

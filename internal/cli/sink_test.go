@@ -167,7 +167,7 @@ func TestSink(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		f    func(*testing.T)
-	}{{"Run", testSinkRun}, {"Branches", testSinkBranches}, {"Doctor", testSinkDoctor}, {"Kafka", testSinkKafka}} {
+	}{{"Run", testSinkRun}, {"Branches", testSinkBranches}, {"DecidedCommit", testSinkDecidedCommit}, {"Doctor", testSinkDoctor}, {"Kafka", testSinkKafka}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.f(t)

@@ -28,8 +28,7 @@ type sinkRestores struct {
 }
 
 // readSinkRestores reads the status of every configured sink named by a
-// branch of branches; nothing when ask is false (recover: the sink's
-// branch is named, not judged).
+// branch of branches; nothing when ask is false.
 func readSinkRestores(ctx context.Context, c *config.Config, branches []recovery.Branch, ask bool, logger *slog.Logger) *sinkRestores {
 	r := &sinkRestores{c: c, branches: map[sink.Ref]sink.BranchStatus{}, errs: map[string]error{}, asked: map[string]bool{}}
 	if !ask {
@@ -132,14 +131,14 @@ func printSinkBranches(w io.Writer, views []branchView) {
 	}
 	fmt.Fprintln(w, "\nBranches of exactly-once sinks (resolved by each sink's restore, never by xactl recover; xactl sink status NAME):")
 	tw := table(w)
-	fmt.Fprintln(tw, "PARTICIPANT\tSINK\tINCARNATION\tCHECKPOINT\tTARGET\tAGE\tDECISION\tRESTORE")
+	fmt.Fprintln(tw, "PARTICIPANT\tXID\tSINK\tINCARNATION\tCHECKPOINT\tTARGET\tAGE\tDECISION\tRESTORE")
 	for _, v := range sv {
 		s := v.Sink
 		dec := s.Decision
 		if dec == "" {
 			dec = "?"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", v.Participant, s.Sink, s.incarnationText(), s.Checkpoint, s.Target, v.age, dec, s.restoreText())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", v.Participant, s.XID, s.Sink, s.incarnationText(), s.Checkpoint, s.Target, v.age, dec, s.restoreText())
 	}
 	tw.Flush()
 }
@@ -150,6 +149,7 @@ func refuseSinkBranch(ctx context.Context, c *config.Config, ref sink.Ref, verb 
 	var b strings.Builder
 	sc, configured := c.Sink(ref.Sink)
 	progress := "its progress target"
+	var restore *sink.BranchStatus // what the sink's restore would do, when known
 	if configured {
 		progress += " " + sc.Progress
 	}
@@ -165,14 +165,30 @@ func refuseSinkBranch(ctx context.Context, c *config.Config, ref sink.Ref, verb 
 		case i < 0:
 			b.WriteString(".\nThe sink's status does not list it on its targets (resolved meanwhile?)")
 		default:
-			bs := brs[i]
-			fmt.Fprintf(&b, ".\nIts checkpoint is %s; the sink's restore would %s it (%s)", bs.Decision, bs.Action, bs.Why)
+			restore = &brs[i]
+			fmt.Fprintf(&b, ".\nIts checkpoint is %s; the sink's restore would %s it (%s)", restore.Decision, restore.Action, restore.Why)
 		}
 	} else {
 		fmt.Fprintf(&b, ".\nSink %s is not configured here (sinks:)", ref.Sink)
 	}
-	fmt.Fprintf(&b, ".\nxactl sink status %s shows its branches. --force %ss it anyway, recorded as a heuristic outcome: "+
-		"against the sink's decision, its rows would land in some targets and not in others, or twice", ref.Sink, verb)
+	doing, forced := "Committing it", "commits it"
+	same := restore != nil && restore.Action == sink.ActCommit
+	if verb != "commit" {
+		doing, forced = "Rolling it back", "rolls it back"
+		same = restore != nil && restore.Action == sink.ActRollback
+	}
+	fmt.Fprintf(&b, ".\nxactl sink status %s shows its branches. ", ref.Sink)
+	switch {
+	case same:
+		fmt.Fprintf(&b, "%s is what the sink's restore does itself, when an instance of the sink starts (xactl sink run %s); "+
+			"--force %s now, recorded as a heuristic outcome", doing, ref.Sink, forced)
+	case restore != nil:
+		fmt.Fprintf(&b, "--force %s anyway, recorded as a heuristic outcome: against what the sink's restore would do, "+
+			"its rows would land in some targets and not in others, or twice", forced)
+	default:
+		fmt.Fprintf(&b, "--force %s anyway, recorded as a heuristic outcome: if that is not what the sink's restore would do, "+
+			"its rows would land in some targets and not in others, or twice", forced)
+	}
 	return &exitError{code: ExitError, err: fmt.Errorf("%s", b.String())}
 }
 

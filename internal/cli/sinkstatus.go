@@ -382,9 +382,9 @@ func (v sinkStatusView) print(w io.Writer) {
 		fmt.Fprintf(w, "No prepared branches of sink %s on %s.\n", v.Sink, strings.Join(v.Targets, ", "))
 	default:
 		tw := table(w)
-		fmt.Fprintln(tw, "TARGET\tINCARNATION\tCHECKPOINT\tAGE\tDECISION\tRESTORE")
+		fmt.Fprintln(tw, "TARGET\tXID\tINCARNATION\tCHECKPOINT\tAGE\tDECISION\tRESTORE")
 		for _, b := range v.Branches {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", b.Target, b.incarnationText(), b.Checkpoint, b.ageText(), b.Decision, b.restoreText())
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", b.Target, b.XID, b.incarnationText(), b.Checkpoint, b.ageText(), b.Decision, b.restoreText())
 		}
 		tw.Flush()
 		if v.Stuck > 0 {

@@ -75,6 +75,9 @@ type Participant struct {
 	// DecisionTable (postgres only): the table where this participant,
 	// as the last resource, stores commit decisions; recovery reads it.
 	DecisionTable string `yaml:"decision_table"`
+
+	// unsetVars are the variables of DSN that expanded to nothing.
+	unsetVars []string
 }
 
 // Recovery configures the recovery scanner.
@@ -146,7 +149,14 @@ func Parse(b []byte, name string) (*Config, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
 	}
 	for i := range c.Participants {
-		c.Participants[i].DSN = os.ExpandEnv(c.Participants[i].DSN)
+		p := &c.Participants[i]
+		p.DSN = os.Expand(p.DSN, func(name string) string {
+			v := os.Getenv(name)
+			if v == "" {
+				p.unsetVars = append(p.unsetVars, name)
+			}
+			return v
+		})
 	}
 	return &c, nil
 }
@@ -193,7 +203,8 @@ type Need struct {
 	// Node: a node id (xactl log init names the node of the log it
 	// creates; other commands take it from the log).
 	Node bool
-	// Participants: at least one participant.
+	// Participants: at least one participant, each with its DSN. Without
+	// it (the log's commands), an empty DSN is not an error.
 	Participants bool
 }
 
@@ -235,8 +246,8 @@ func (c *Config) Validate(need Need) error {
 		if !ok {
 			errs = append(errs, fmt.Errorf("participant %q: driver %q: want one of %s", p.Name, p.Driver, kindList()))
 		}
-		if p.DSN == "" {
-			errs = append(errs, fmt.Errorf("participant %q: dsn is empty", p.Name))
+		if p.DSN == "" && need.Participants {
+			errs = append(errs, fmt.Errorf("participant %q: dsn is empty%s", p.Name, unsetText(p.unsetVars)))
 		}
 		if ok && p.DecisionTable != "" && !k.DecisionTables {
 			errs = append(errs, fmt.Errorf("participant %q: decision_table: a %s participant cannot hold one (%s)", p.Name, k.Name, tableKinds()))
@@ -272,6 +283,23 @@ func (c *Config) CheckIdentity(ident xa.LogIdentity) error {
 			ErrInvalid, c.Node, c.Log.Dir, ident.Node, ident.ID, c.Node, c.Node)
 	}
 	return nil
+}
+
+// unsetText says which variables a DSN named that the environment does not
+// set, if any.
+func unsetText(vars []string) string {
+	if len(vars) == 0 {
+		return ""
+	}
+	names := make([]string, len(vars))
+	for i, v := range vars {
+		names[i] = "${" + v + "}"
+	}
+	verb := "is"
+	if len(vars) > 1 {
+		verb = "are"
+	}
+	return fmt.Sprintf(": %s %s not set in the environment", strings.Join(names, ", "), verb)
 }
 
 // Participant returns the participant named name.
