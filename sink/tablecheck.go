@@ -186,8 +186,18 @@ func (sh tableShape) check(target string, tb Table) *TableError {
 		e.Key = slices.Clone(tb.Key)
 	}
 	if tb.Upsert && sh.anyUnique {
+		// A unique key holding every key column collides only where the
+		// key does: on the same row.
+		covers := func(u []string) bool {
+			for _, k := range tb.Key {
+				if !has(u, k) {
+					return false
+				}
+			}
+			return true
+		}
 		for _, u := range sh.uniques {
-			if isKey(u) || slices.ContainsFunc(u, func(c string) bool {
+			if isKey(u) || covers(u) || slices.ContainsFunc(u, func(c string) bool {
 				return has(sh.autoInc, c) && !slices.ContainsFunc(tb.Columns, func(m Column) bool { return sh.same(m.Name, c) })
 			}) {
 				continue
