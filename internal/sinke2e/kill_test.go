@@ -19,8 +19,8 @@ import (
 // then pg: sorted by name); the bookkeeping is in maria (the decision is
 // the round trip updating xa_sink_progress).
 var killRules = []hookRule{
-	{Name: "write: rows going to maria", Target: tgMy, Match: rowsTable},
-	{Name: "write: rows going to pg", Target: tgPg, Match: rowsTable},
+	{Name: "write: rows going to maria", Target: tgMy, Match: myRowsWrite},
+	{Name: "write: rows going to pg", Target: tgPg, Match: pgRowsWrite},
 	{Name: "pre-commit: XA PREPARE going to maria", Target: tgMy, Match: "XA PREPARE"},
 	{Name: "pre-commit: pg prepared, its reply held", Target: tgPg, Match: "PREPARE TRANSACTION", Reply: true},
 	{Name: "decide: decision going to maria", Target: tgMy, Match: "UPDATE xa_sink_progress SET position"},

@@ -61,6 +61,12 @@ const (
 	tgMy      = "maria"
 	tgPg      = "pg"
 	rowsTable = "e2e_rows"
+	// The statements that write rows (the sink's multi-row INSERT on
+	// MariaDB, pgx's COPY on PostgreSQL): hooks match these, not the bare
+	// table name, which the table check's catalogue queries at start-up
+	// carry too.
+	myRowsWrite = "INSERT INTO `" + rowsTable + "`"
+	pgRowsWrite = `copy "` + rowsTable + `"`
 	topic     = "events"
 	nParts    = 8
 )

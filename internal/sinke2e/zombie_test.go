@@ -27,7 +27,7 @@ import (
 // it must stop with ErrFenced.
 func TestZombie(t *testing.T) {
 	prepared := hookRule{Name: "pg prepared, its reply held", Target: tgPg, Match: "PREPARE TRANSACTION", Reply: true, N: 3}
-	writing := hookRule{Name: "rows going to maria", Target: tgMy, Match: rowsTable, N: 5}
+	writing := hookRule{Name: "rows going to maria", Target: tgMy, Match: myRowsWrite, N: 5}
 	for _, v := range []struct {
 		name   string
 		rule   hookRule
