@@ -24,14 +24,7 @@ func TestSpentFencedByEmptyHandle(t *testing.T) {
 	t.Parallel()
 	e := newEnvOn(t, tgPg)
 	ctx := testCtx(t)
-	if err := e.pg.Server.Exec(ctx, e.pg.Name,
-		"CREATE TABLE flag (fail boolean NOT NULL)",
-		"INSERT INTO flag VALUES (true)",
-		`CREATE FUNCTION refuse_once() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF (SELECT fail FROM flag) THEN RAISE EXCEPTION 'refused at prepare'; END IF; RETURN NULL; END $$`,
-		"CREATE CONSTRAINT TRIGGER refuse AFTER INSERT ON events DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_once()"); err != nil {
-		t.Fatal(err)
-	}
+	e.refusePGPrepare(ctx)
 	recs := records(gen(300, 3))
 	s := e.open()
 	x, err := s.External(ctx, 0, 1)

@@ -4,6 +4,7 @@ package sink_test
 // failed while its bug was there.
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"os"
@@ -165,14 +166,7 @@ func TestExternalNumberSpentByFailedPreCommit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
-	if err := e.pg.Server.Exec(ctx, e.pg.Name,
-		"CREATE TABLE flag (fail boolean NOT NULL)",
-		"INSERT INTO flag VALUES (true)",
-		`CREATE FUNCTION refuse_once() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF (SELECT fail FROM flag) THEN RAISE EXCEPTION 'refused at prepare'; END IF; RETURN NULL; END $$`,
-		"CREATE CONSTRAINT TRIGGER refuse AFTER INSERT ON events DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_once()"); err != nil {
-		t.Fatal(err)
-	}
+	e.refusePGPrepare(ctx)
 	g := gen(300, 3)
 	recs := records(g)
 	s := e.open()
@@ -363,14 +357,7 @@ func TestExternalSpentTransactionFenced(t *testing.T) {
 	t.Parallel()
 	e := newEnvOn(t, tgPg)
 	ctx := testCtx(t)
-	if err := e.pg.Server.Exec(ctx, e.pg.Name,
-		"CREATE TABLE flag (fail boolean NOT NULL)",
-		"INSERT INTO flag VALUES (true)",
-		`CREATE FUNCTION refuse_once() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF (SELECT fail FROM flag) THEN RAISE EXCEPTION 'refused at prepare'; END IF; RETURN NULL; END $$`,
-		"CREATE CONSTRAINT TRIGGER refuse AFTER INSERT ON events DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_once()"); err != nil {
-		t.Fatal(err)
-	}
+	e.refusePGPrepare(ctx)
 	recs := records(gen(300, 3))
 	s := e.open()
 	x, err := s.External(ctx, 0, 1)
@@ -419,5 +406,21 @@ func TestExternalSpentTransactionFenced(t *testing.T) {
 	}
 	if len(st.Branches) != 0 {
 		t.Fatalf("branches left prepared after the spent transaction was named: %+v", st.Branches)
+	}
+}
+
+// refusePGPrepare makes PostgreSQL refuse to prepare a transaction that
+// inserted into events (a deferred constraint trigger raises at PREPARE
+// TRANSACTION) until the table flag says otherwise: UPDATE flag SET fail
+// = false.
+func (e *env) refusePGPrepare(ctx context.Context) {
+	e.t.Helper()
+	if err := e.pg.Server.Exec(ctx, e.pg.Name,
+		"CREATE TABLE flag (fail boolean NOT NULL)",
+		"INSERT INTO flag VALUES (true)",
+		`CREATE FUNCTION refuse_once() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF (SELECT fail FROM flag) THEN RAISE EXCEPTION 'refused at prepare'; END IF; RETURN NULL; END $$`,
+		"CREATE CONSTRAINT TRIGGER refuse AFTER INSERT ON events DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_once()"); err != nil {
+		e.t.Fatal(err)
 	}
 }

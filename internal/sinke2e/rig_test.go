@@ -67,8 +67,8 @@ const (
 	// carry too.
 	myRowsWrite = "INSERT INTO `" + rowsTable + "`"
 	pgRowsWrite = `copy "` + rowsTable + `"`
-	topic     = "events"
-	nParts    = 8
+	topic       = "events"
+	nParts      = 8
 )
 
 // partitions are the topic's partitions as the sink names them.
