@@ -240,7 +240,7 @@ func TestPresumedAbortNeedsDelegatedStore(t *testing.T) {
 	rm := memrm.New("maria", maria, nil)
 	pg := memrm.New("pg", pgdb, nil).EnableLastResource()
 	log := oldLog(t, "n1", 2*time.Hour)
-	if err := log.LogDelegation(ctx, "pg"); err != nil {
+	if err := log.LogDelegation(ctx, xa.Delegation{Participant: "pg"}); err != nil {
 		t.Fatal(err)
 	}
 	id, _ := xa.NewGlobalID("n1", time.Now().Add(-time.Hour))

@@ -38,12 +38,25 @@ type DecisionLog interface {
 	LogCommit(ctx context.Context, rec CommitRecord) error
 
 	// LogDelegation durably records that commit decisions of this log's
-	// transactions may live in the decision table of the named
-	// participant (a last resource, see LastResource). The coordinator
-	// calls it before the first last-resource commit through that
-	// participant; recovery then refuses to presume abort without that
-	// participant's decisions. Recording a participant again is a no-op.
-	LogDelegation(ctx context.Context, participant string) error
+	// transactions may live in the decision table d names (a last
+	// resource, see LastResource), with the table's identity. The
+	// coordinator calls it before the first last-resource commit through
+	// that participant; recovery then refuses to presume abort without
+	// that table's decisions, read from a table that answers with that
+	// identity. Recording the same delegation again is a no-op; one that
+	// names another table identity for a participant delegated to already
+	// is refused with an *IdentityError (nothing is logged): decisions of
+	// this log may be in the recorded table. A delegation recorded before
+	// identities (no TableID) is completed by one that has it.
+	LogDelegation(ctx context.Context, d Delegation) error
+
+	// LogParticipant durably records which store the participant p.Name
+	// denotes (p.Identity). The coordinator calls it before it prepares
+	// the first branch on the participant; recovery then acts on that
+	// participant only while it answers with that identity. Recording the
+	// same again is a no-op; another identity under a name recorded
+	// already is refused with an *IdentityError and nothing is logged.
+	LogParticipant(ctx context.Context, p ParticipantRecord) error
 
 	// LogHeuristic makes h durable, like LogCommit. The record is kept
 	// until an operator clears it.
@@ -89,6 +102,10 @@ type RecoveryLog interface {
 	// Delegations returns the participants whose decision tables may hold
 	// decisions of this log's transactions.
 	Delegations(ctx context.Context) ([]Delegation, error)
+
+	// Participants returns the participant records (LogParticipant), by
+	// name.
+	Participants(ctx context.Context) ([]ParticipantRecord, error)
 
 	// Heuristics returns the heuristic records not cleared, oldest first.
 	Heuristics(ctx context.Context) ([]HeuristicRecord, error)
@@ -222,8 +239,33 @@ func (li *LogIdentity) UnmarshalBinary(b []byte) error {
 // decisions of a log's transactions (see DecisionLog.LogDelegation).
 type Delegation struct {
 	Participant string
-	Logged      time.Time
+	// Table is the decision table's fully qualified name (schema.table)
+	// and TableID its identity (see DecisionTable), when the delegation
+	// was recorded; both empty in a delegation recorded before decision
+	// tables had identities.
+	Table   string
+	TableID string
+	Logged  time.Time
 }
+
+// Validate reports whether d can be recorded.
+func (d Delegation) Validate() error {
+	switch {
+	case d.Participant == "" || len(d.Participant) > maxRMName:
+		return fmt.Errorf("xa: delegation: participant name of %d bytes (1 to %d)", len(d.Participant), maxRMName)
+	case len(d.Table) > MaxTableName:
+		return fmt.Errorf("xa: delegation: table name of %d bytes, the limit is %d", len(d.Table), MaxTableName)
+	case d.TableID == "" && d.Table != "":
+		return errors.New("xa: delegation: a table without an identity")
+	case d.TableID != "":
+		return ValidateStoreID(d.TableID)
+	}
+	return nil
+}
+
+// SameTable reports whether d and o name the same decision table by
+// identity (false when either has none).
+func (d Delegation) SameTable(o Delegation) bool { return d.TableID != "" && d.TableID == o.TableID }
 
 // AbortRecord is a durable presumed-abort decision, written by recovery
 // before it rolls back any branch of the transaction. It fences the

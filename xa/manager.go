@@ -85,7 +85,8 @@ type Manager struct {
 	mu        sync.Mutex
 	async     int           // asynchronous phase 2s in flight
 	asyncIdle chan struct{} // closed while async == 0
-	delegated sync.Map      // participant name -> true once LogDelegation returned nil
+	delegated sync.Map      // participant name -> true once LogDelegation returned nil, false once it refused the table
+	recorded  sync.Map      // participant name -> the store id LogParticipant recorded
 }
 
 // ErrClosed is returned by Begin after Close.

@@ -168,8 +168,49 @@ func (tx *Tx) Commit(ctx context.Context) (Result, error) {
 			ev.last[i] = tx.delegate(ctx, i)
 		}
 	}
+	// Before anything is prepared, the log must know which store each
+	// participant that did work is: recovery trusts a listing, and the
+	// absence of a branch in it, only from that store.
+	if err := tx.recordParticipants(ctx, ev.idle); err != nil {
+		tx.run(ctx, evRollback{reason: err})
+		return tx.res, tx.err
+	}
 	tx.run(ctx, ev)
 	return tx.res, tx.err
+}
+
+// recordParticipants makes sure the decision log records the identity of
+// every participant with a branch that did work (see Identified), once per
+// manager and participant. An error means it could not: the participant's
+// database has no identity, another store answered under a name the log
+// recorded for another (an *IdentityError), or the log write failed;
+// nothing was prepared, and the transaction aborts.
+func (tx *Tx) recordParticipants(ctx context.Context, idle []bool) error {
+	for i, rm := range tx.rms {
+		if idle[i] {
+			continue
+		}
+		idf, ok := rm.(Identified)
+		if !ok {
+			continue
+		}
+		id, err := idf.Identity()
+		if err != nil {
+			return err
+		}
+		name := rm.Name()
+		if v, ok := tx.mgr.recorded.Load(name); ok && v.(string) == id.ID {
+			continue
+		}
+		dctx, cancel := tx.decisionCtx(ctx)
+		err = tx.mgr.cfg.Log.LogParticipant(dctx, ParticipantRecord{Name: name, Identity: id, Logged: time.Now()})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("xa: recording the identity of participant %q in the decision log: %w", name, err)
+		}
+		tx.mgr.recorded.Store(name, id.ID)
+	}
+	return nil
 }
 
 // Rollback rolls the transaction back. It returns nil if the transaction
@@ -425,7 +466,7 @@ func (tx *Tx) commitLast(ctx context.Context, i int, prepared []int) error {
 		}
 		return &Error{Op: "commit last", RM: name, XID: tx.xid(i), Err: reason}
 	}
-	if _, ok := tx.mgr.delegated.Load(name); !ok {
+	if v, ok := tx.mgr.delegated.Load(name); !ok || !v.(bool) {
 		// delegate runs before any branch is prepared; never reached.
 		return refuse(fmt.Errorf("%w: %s holds no delegation in the decision log", errNotAttempted, name))
 	}
@@ -442,20 +483,41 @@ func (tx *Tx) commitLast(ctx context.Context, i int, prepared []int) error {
 }
 
 // delegate makes sure the decision log records that participant i may
-// hold decisions, before any branch of the transaction is prepared: a
-// scanner that lists a prepared branch then finds the delegation, and
-// fences that participant's decision table before presuming abort. It
-// reports whether branch i may commit last; if the delegation cannot be
-// recorded, the transaction commits with the log instead.
+// hold decisions, with its decision table's name and identity, before any
+// branch of the transaction is prepared: a scanner that lists a prepared
+// branch then finds the delegation, and fences that table before presuming
+// abort. It reports whether branch i may commit last; if the delegation
+// cannot be recorded, the transaction commits with the log instead. A
+// delegation the log refuses because it names another table than the one
+// recorded (ErrIdentity) is not tried again by this manager.
 func (tx *Tx) delegate(ctx context.Context, i int) bool {
 	name := tx.rms[i].Name()
-	if _, ok := tx.mgr.delegated.Load(name); ok {
-		return true
+	if v, ok := tx.mgr.delegated.Load(name); ok {
+		return v.(bool)
+	}
+	d := Delegation{Participant: name}
+	dt, ok := tx.rms[i].(DecisionTable)
+	if !ok {
+		dt, ok = tx.branches[i].(DecisionTable)
+	}
+	if ok {
+		table, id, err := dt.DecisionTableIdentity()
+		if err != nil {
+			tx.mgr.log.Warn("the last resource's decision table has no identity; committing through the decision log", "tx", tx.id, "rm", name, "err", err)
+			return false
+		}
+		d.Table, d.TableID = table, id.ID
 	}
 	dctx, cancel := tx.decisionCtx(ctx)
-	err := tx.mgr.cfg.Log.LogDelegation(dctx, name)
+	err := tx.mgr.cfg.Log.LogDelegation(dctx, d)
 	cancel()
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrIdentity):
+		if _, loaded := tx.mgr.delegated.LoadOrStore(name, false); !loaded {
+			tx.mgr.log.Error("the decision log delegated decisions to another table of this participant; committing through the decision log", "rm", name, "err", err)
+		}
+		return false
+	case err != nil:
 		tx.mgr.log.Warn("recording the last resource's delegation failed; committing through the decision log", "tx", tx.id, "rm", name, "err", err)
 		return false
 	}

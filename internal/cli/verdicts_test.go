@@ -112,7 +112,7 @@ func TestBlocked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.LogDelegation(e.ctx, "ledger"); err != nil {
+	if err := l.LogDelegation(e.ctx, xa.Delegation{Participant: "ledger"}); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()

@@ -62,7 +62,7 @@ func TestCompactionBoundsSpace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := l.LogDelegation(ctx, "maria"); err != nil {
+	if err := l.LogDelegation(ctx, xa.Delegation{Participant: "maria"}); err != nil {
 		t.Fatal(err)
 	}
 	maxSegs, maxSize := 0, int64(0)

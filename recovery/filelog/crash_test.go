@@ -181,7 +181,7 @@ func (tr *tracker) delegation(ctx context.Context, l *Log, participant string) e
 	tr.mu.Lock()
 	tr.dSubmit[participant] = true
 	tr.mu.Unlock()
-	err := l.LogDelegation(ctx, participant)
+	err := l.LogDelegation(ctx, xa.Delegation{Participant: participant})
 	if err == nil {
 		tr.mu.Lock()
 		tr.dAcked[participant] = true

@@ -110,7 +110,7 @@ func TestFailStop(t *testing.T) {
 			if _, _, err := l.LookupAbort(ctx, gid(0)); !errors.Is(err, ErrFailed) {
 				t.Errorf("LookupAbort after the fault: %v", err)
 			}
-			if err := l.LogDelegation(ctx, "maria"); !errors.Is(err, ErrFailed) {
+			if err := l.LogDelegation(ctx, xa.Delegation{Participant: "maria"}); !errors.Is(err, ErrFailed) {
 				t.Errorf("LogDelegation after the fault: %v", err)
 			}
 			if err := l.ForgetAbort(ctx, gid(0)); !errors.Is(err, ErrFailed) {

@@ -317,7 +317,7 @@ func TestDelegationsAreNeverDead(t *testing.T) {
 	dir := t.TempDir()
 	l := mustCreate(t, dir, Options{NoSync: true, SegmentSize: 2048})
 	for _, p := range []string{"maria", "pg", "maria"} {
-		if err := l.LogDelegation(ctx, p); err != nil {
+		if err := l.LogDelegation(ctx, xa.Delegation{Participant: p}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -391,7 +391,7 @@ func TestReadSnapshotOfAnOpenLog(t *testing.T) {
 		"LogAbort":       s.LogAbort(ctx, abortRec(9)),
 		"Forget":         s.Forget(ctx, gid(1)),
 		"ForgetAbort":    s.ForgetAbort(ctx, gid(2)),
-		"LogDelegation":  s.LogDelegation(ctx, "pg"),
+		"LogDelegation":  s.LogDelegation(ctx, xa.Delegation{Participant: "pg"}),
 		"LogHeuristic":   s.LogHeuristic(ctx, heurRec(9, xa.OutcomeCommit)),
 		"ClearHeuristic": s.ClearHeuristic(ctx, "maria", gid(3).Branch(0)),
 	} {

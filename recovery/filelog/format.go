@@ -65,7 +65,10 @@ import (
 //	abort         xa.AbortRecord, MarshalBinary form
 //	forget-abort  the text of the xa.GlobalID whose abort record is forgotten
 //	delegation    version byte 1, participant (uvarint length, bytes), time
-//	              logged (varint Unix nanoseconds)
+//	              logged (varint Unix nanoseconds); version byte 2 adds
+//	              the decision table's qualified name and its identity
+//	              (uvarint length, bytes, each)
+//	participant   xa.ParticipantRecord, MarshalBinary form
 //	link          version byte 1, the number of the previous segment
 //	              (uint64), the length of the previous segment in bytes
 //	              (uint64), both little endian
@@ -103,10 +106,13 @@ const (
 	maxIdentity = 4096
 	// maxParticipant bounds a participant name in delegation and clear
 	// records, as xa bounds it in commit and heuristic records.
-	maxParticipant  = 1 << 10
-	delegationCodec = 1
-	linkCodec       = 1
-	linkPayload     = 1 + 8 + 8
+	maxParticipant = 1 << 10
+	// delegationCodec is the delegation payload version written;
+	// delegationNoTable (before decision tables had identities) is read.
+	delegationCodec   = 2
+	delegationNoTable = 1
+	linkCodec         = 1
+	linkPayload       = 1 + 8 + 8
 
 	headName    = "HEAD"
 	headMagic   = "xa-dhed\n"
@@ -141,6 +147,9 @@ const (
 	// previous segment and that segment's length in bytes, so that a
 	// segment cut at a record boundary is caught.
 	RecordLink
+	// RecordParticipant holds an xa.ParticipantRecord: the identity of
+	// the store a participant's name denotes.
+	RecordParticipant
 )
 
 // RecordIdentity is the type Dump gives the IDENTITY file, shown as the
@@ -165,6 +174,8 @@ func (t RecordType) String() string {
 		return "delegation"
 	case RecordLink:
 		return "link"
+	case RecordParticipant:
+		return "participant"
 	case RecordIdentity:
 		return "identity"
 	}
@@ -309,16 +320,17 @@ type hkey struct{ rm, xid string }
 
 // decoded is a record's payload decoded.
 type decoded struct {
-	key        string             // GlobalID text (commit, forget, abort, forget-abort), participant (delegation)
-	hkey       hkey               // RecordHeuristic, RecordClear
-	commit     xa.CommitRecord    // RecordCommit
-	id         xa.GlobalID        // RecordCommit, RecordForget, RecordAbort, RecordForgetAbort
-	heuristic  xa.HeuristicRecord // RecordHeuristic
-	xid        xa.XID             // RecordHeuristic, RecordClear
-	rm         string             // RecordHeuristic, RecordClear: the participant
-	abort      xa.AbortRecord     // RecordAbort
-	delegation xa.Delegation      // RecordDelegation
-	link       Link               // RecordLink
+	key        string               // GlobalID text (commit, forget, abort, forget-abort), participant (delegation, participant)
+	hkey       hkey                 // RecordHeuristic, RecordClear
+	commit     xa.CommitRecord      // RecordCommit
+	id         xa.GlobalID          // RecordCommit, RecordForget, RecordAbort, RecordForgetAbort
+	heuristic  xa.HeuristicRecord   // RecordHeuristic
+	xid        xa.XID               // RecordHeuristic, RecordClear
+	rm         string               // RecordHeuristic, RecordClear: the participant
+	abort      xa.AbortRecord       // RecordAbort
+	delegation xa.Delegation        // RecordDelegation
+	part       xa.ParticipantRecord // RecordParticipant
+	link       Link                 // RecordLink
 }
 
 func decodePayload(t RecordType, p []byte) (decoded, error) {
@@ -361,6 +373,11 @@ func decodePayload(t RecordType, p []byte) (decoded, error) {
 			return d, err
 		}
 		d.delegation, d.key = dg, dg.Participant
+	case RecordParticipant:
+		if err := d.part.UnmarshalBinary(p); err != nil {
+			return d, err
+		}
+		d.key = d.part.Name
 	case RecordLink:
 		lk, err := decodeLink(p)
 		if err != nil {
@@ -407,28 +424,55 @@ func encodeDelegation(d xa.Delegation) ([]byte, error) {
 	if d.Participant == "" || len(d.Participant) > maxParticipant {
 		return nil, fmt.Errorf("participant name of %d bytes: want 1 to %d", len(d.Participant), maxParticipant)
 	}
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
 	b := []byte{delegationCodec}
 	b = binary.AppendUvarint(b, uint64(len(d.Participant)))
 	b = append(b, d.Participant...)
-	return binary.AppendVarint(b, d.Logged.UnixNano()), nil
+	b = binary.AppendVarint(b, d.Logged.UnixNano())
+	b = binary.AppendUvarint(b, uint64(len(d.Table)))
+	b = append(b, d.Table...)
+	b = binary.AppendUvarint(b, uint64(len(d.TableID)))
+	return append(b, d.TableID...), nil
 }
 
 func decodeDelegation(p []byte) (xa.Delegation, error) {
-	if len(p) < 1 || p[0] != delegationCodec {
+	if len(p) < 1 || p[0] != delegationCodec && p[0] != delegationNoTable {
 		return xa.Delegation{}, errors.New("delegation record: unknown version")
 	}
+	version := p[0]
 	p = p[1:]
 	n, k := binary.Uvarint(p)
 	if k <= 0 || n == 0 || n > maxParticipant || n > uint64(len(p)-k) {
 		return xa.Delegation{}, errors.New("delegation record: bad participant length")
 	}
-	name := string(p[k : k+int(n)])
+	d := xa.Delegation{Participant: string(p[k : k+int(n)])}
 	p = p[k+int(n):]
 	ns, k := binary.Varint(p)
-	if k <= 0 || k != len(p) {
+	if k <= 0 || version == delegationNoTable && k != len(p) {
 		return xa.Delegation{}, errors.New("delegation record: bad time")
 	}
-	return xa.Delegation{Participant: name, Logged: time.Unix(0, ns)}, nil
+	d.Logged = time.Unix(0, ns)
+	p = p[k:]
+	if version == delegationNoTable {
+		return d, nil
+	}
+	for _, f := range []*string{&d.Table, &d.TableID} {
+		n, k := binary.Uvarint(p)
+		if k <= 0 || n > xa.MaxTableName || n > uint64(len(p)-k) {
+			return xa.Delegation{}, errors.New("delegation record: bad table")
+		}
+		*f = string(p[k : k+int(n)])
+		p = p[k+int(n):]
+	}
+	if len(p) != 0 {
+		return xa.Delegation{}, errors.New("delegation record: trailing bytes")
+	}
+	if err := d.Validate(); err != nil {
+		return xa.Delegation{}, fmt.Errorf("delegation record: %w", err)
+	}
+	return d, nil
 }
 
 // Link is the payload of a link record: the segment before the one that

@@ -99,11 +99,13 @@ type Log struct {
 	kick    chan struct{} // wakes the writer; capacity 1
 	stopped chan struct{} // closed when the writer has returned
 
-	mu    sync.Mutex
-	st    state
-	first uint64 // oldest segment on disk
-	head  Head   // what HEAD says; written by Create, Open and the writer
-	queue []*op  // appended, not yet written
+	// identMu serialises LogParticipant and LogDelegation (see there).
+	identMu sync.Mutex
+	mu      sync.Mutex
+	st      state
+	first   uint64 // oldest segment on disk
+	head    Head   // what HEAD says; written by Create, Open and the writer
+	queue   []*op  // appended, not yet written
 	// pending counts the commit and abort records by global id that are
 	// queued or being written: not yet applied to st. The fence checks
 	// them together with st.

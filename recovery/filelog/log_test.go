@@ -93,7 +93,7 @@ func apply(t *testing.T, ctx context.Context, l *Log, s step) {
 	case "forget-abort":
 		err = l.ForgetAbort(ctx, gid(s.i))
 	case "delegation":
-		err = l.LogDelegation(ctx, s.participant())
+		err = l.LogDelegation(ctx, xa.Delegation{Participant: s.participant()})
 	default:
 		t.Fatalf("bad op %q", s.op)
 	}
@@ -252,10 +252,10 @@ func TestInvalidRecordsRejected(t *testing.T) {
 	if err := l.ForgetAbort(ctx, xa.GlobalID{}); err == nil {
 		t.Error("ForgetAbort of the zero id succeeded")
 	}
-	if err := l.LogDelegation(ctx, ""); err == nil {
+	if err := l.LogDelegation(ctx, xa.Delegation{Participant: ""}); err == nil {
 		t.Error("LogDelegation without a participant succeeded")
 	}
-	if err := l.LogDelegation(ctx, strings.Repeat("p", 2000)); err == nil {
+	if err := l.LogDelegation(ctx, xa.Delegation{Participant: strings.Repeat("p", 2000)}); err == nil {
 		t.Error("LogDelegation with a participant name of 2000 bytes succeeded")
 	}
 
@@ -304,7 +304,7 @@ func TestClosed(t *testing.T) {
 	if err := l.ForgetAbort(ctx, gid(1)); !errors.Is(err, ErrClosed) {
 		t.Errorf("ForgetAbort after Close: %v", err)
 	}
-	if err := l.LogDelegation(ctx, "maria"); !errors.Is(err, ErrClosed) {
+	if err := l.LogDelegation(ctx, xa.Delegation{Participant: "maria"}); !errors.Is(err, ErrClosed) {
 		t.Errorf("LogDelegation after Close: %v", err)
 	}
 	if _, _, err := l.LookupAbort(ctx, gid(1)); !errors.Is(err, ErrClosed) {

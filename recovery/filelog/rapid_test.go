@@ -251,7 +251,7 @@ func TestModel(t *testing.T) {
 			},
 			"delegation": func(rt *rapid.T) {
 				p := rmGen.Draw(rt, "participant")
-				if err := l.LogDelegation(ctx, p); err != nil {
+				if err := l.LogDelegation(ctx, xa.Delegation{Participant: p}); err != nil {
 					rt.Fatal(err)
 				}
 				if _, ok := delegations[p]; !ok {

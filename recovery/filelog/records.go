@@ -86,21 +86,70 @@ func (l *Log) LogAbort(ctx context.Context, rec xa.AbortRecord) error {
 	})
 }
 
-// LogDelegation durably records that participant's decision table may hold
-// decisions of this log's transactions, like LogCommit. Recording a
-// participant again is a no-op. Delegations are never forgotten.
-func (l *Log) LogDelegation(ctx context.Context, participant string) error {
-	payload, err := encodeDelegation(xa.Delegation{Participant: participant, Logged: l.now()})
+// LogDelegation durably records delegation d, like LogCommit, under the
+// rule of xa.MergeDelegation: the same delegation again is a no-op, one
+// naming another decision table than the one recorded is refused with an
+// *xa.IdentityError. Delegations are never forgotten.
+func (l *Log) LogDelegation(ctx context.Context, d xa.Delegation) error {
+	d.Logged = l.now()
+	payload, err := encodeDelegation(d)
 	if err != nil {
-		return fmt.Errorf("filelog: delegation to %q: %w", truncate(participant, 80), err)
+		return fmt.Errorf("filelog: delegation to %q: %w", truncate(d.Participant, 80), err)
 	}
-	d, err := decodePayload(RecordDelegation, payload)
+	dec, err := decodePayload(RecordDelegation, payload)
 	if err != nil {
-		return fmt.Errorf("filelog: delegation to %q cannot be logged, it would not decode: %w", truncate(participant, 80), err)
+		return fmt.Errorf("filelog: delegation to %q cannot be logged, it would not decode: %w", truncate(d.Participant, 80), err)
 	}
-	return l.appendDurable(ctx, RecordDelegation, payload, d, func() (bool, error) {
-		return l.st.delegations[d.key] != nil, nil
+	l.identMu.Lock()
+	defer l.identMu.Unlock()
+	return l.appendDurable(ctx, RecordDelegation, payload, dec, func() (bool, error) {
+		held := l.st.delegations[dec.key]
+		store, err := xa.MergeDelegation(heldDelegation(held), held != nil, dec.delegation)
+		return !store, err
 	})
+}
+
+func heldDelegation(r *liveRecord) xa.Delegation {
+	if r == nil {
+		return xa.Delegation{}
+	}
+	return r.delegation
+}
+
+// LogParticipant durably records p, like LogCommit, under the rule of
+// xa.MergeParticipant: the same identity again is a no-op, another one
+// under a recorded name is refused with an *xa.IdentityError. Participant
+// records are never forgotten.
+func (l *Log) LogParticipant(ctx context.Context, p xa.ParticipantRecord) error {
+	p.Logged = l.now()
+	payload, err := p.MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("filelog: participant %q: %w", truncate(p.Name, 80), err)
+	}
+	dec, err := decodePayload(RecordParticipant, payload)
+	if err != nil {
+		return fmt.Errorf("filelog: participant %q cannot be logged, it would not decode: %w", truncate(p.Name, 80), err)
+	}
+	// Identity records are rare (once per participant and process) and
+	// are checked against the durable state only: one at a time, so that
+	// two writers cannot both pass the check.
+	l.identMu.Lock()
+	defer l.identMu.Unlock()
+	return l.appendDurable(ctx, RecordParticipant, payload, dec, func() (bool, error) {
+		held := l.st.parts[dec.key]
+		var hp xa.ParticipantRecord
+		if held != nil {
+			hp = held.part
+		}
+		store, err := xa.MergeParticipant(hp, held != nil, dec.part)
+		return !store, err
+	})
+}
+
+// Participants returns the participant records, by name.
+func (l *Log) Participants(ctx context.Context) (out []xa.ParticipantRecord, err error) {
+	err = l.read(ctx, func(s *state) { out = s.participantList() })
+	return out, err
 }
 
 // LogHeuristic appends h and returns once it is durable, like LogCommit.

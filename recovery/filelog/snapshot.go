@@ -102,7 +102,22 @@ func (s *Snapshot) readOnly(what string) error {
 func (s *Snapshot) LogCommit(context.Context, xa.CommitRecord) error { return s.readOnly("commit") }
 
 // LogDelegation fails with ErrReadOnly.
-func (s *Snapshot) LogDelegation(context.Context, string) error { return s.readOnly("delegation") }
+func (s *Snapshot) LogDelegation(context.Context, xa.Delegation) error {
+	return s.readOnly("delegation")
+}
+
+// LogParticipant fails with ErrReadOnly.
+func (s *Snapshot) LogParticipant(context.Context, xa.ParticipantRecord) error {
+	return s.readOnly("participant record")
+}
+
+// Participants returns the participant records, by name.
+func (s *Snapshot) Participants(ctx context.Context) ([]xa.ParticipantRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.st.participantList(), nil
+}
 
 // LogHeuristic fails with ErrReadOnly.
 func (s *Snapshot) LogHeuristic(context.Context, xa.HeuristicRecord) error {

@@ -20,6 +20,7 @@ type liveRecord struct {
 	heuristic  xa.HeuristicRecord
 	abort      xa.AbortRecord
 	delegation xa.Delegation
+	part       xa.ParticipantRecord
 }
 
 // commit decodes the commit record r holds.
@@ -47,6 +48,7 @@ type state struct {
 	commits     map[string]*liveRecord // by GlobalID text
 	aborts      map[string]*liveRecord // by GlobalID text
 	delegations map[string]*liveRecord // by participant
+	parts       map[string]*liveRecord // participant records, by name
 	heuristics  map[hkey][]*liveRecord // by participant and XID text
 	segs        map[uint64]*segStat
 	liveBytes   int64
@@ -57,6 +59,7 @@ func newState() state {
 		commits:     make(map[string]*liveRecord),
 		aborts:      make(map[string]*liveRecord),
 		delegations: make(map[string]*liveRecord),
+		parts:       make(map[string]*liveRecord),
 		heuristics:  make(map[hkey][]*liveRecord),
 		segs:        make(map[uint64]*segStat),
 	}
@@ -139,7 +142,16 @@ func (s *state) apply(t RecordType, d *decoded, frame []byte, seg uint64) *liveR
 	case RecordForgetAbort:
 		s.forgetAbort(d.key)
 	case RecordDelegation:
-		return s.applyOnce(s.delegations, d.key, &liveRecord{frame: frame, seg: seg, delegation: d.delegation})
+		r := &liveRecord{frame: frame, seg: seg, delegation: d.delegation}
+		if old := s.delegations[d.key]; old != nil && old.delegation.TableID == "" && d.delegation.TableID != "" {
+			// A delegation recorded before decision tables had
+			// identities, completed by one that names its table.
+			s.kill(old)
+			delete(s.delegations, d.key)
+		}
+		return s.applyOnce(s.delegations, d.key, r)
+	case RecordParticipant:
+		return s.applyOnce(s.parts, d.key, &liveRecord{frame: frame, seg: seg, part: d.part})
 	}
 	return nil
 }
@@ -244,6 +256,16 @@ func (s *state) delegationList() []xa.Delegation {
 	return out
 }
 
+// participantList returns the participant records, by name.
+func (s *state) participantList() []xa.ParticipantRecord {
+	out := make([]xa.ParticipantRecord, 0, len(s.parts))
+	for _, r := range s.parts {
+		out = append(out, r.part)
+	}
+	slices.SortFunc(out, func(a, b xa.ParticipantRecord) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
 // heuristicList returns the live heuristic records, oldest (by Time) first.
 func (s *state) heuristicList() []xa.HeuristicRecord {
 	var out []xa.HeuristicRecord
@@ -279,7 +301,7 @@ func (s *state) heuristicCount() int {
 // needs, which bounds the number of segments.
 //
 // Live means commit, abort and heuristic records not forgotten or cleared,
-// and every delegation: delegations are never dead.
+// and every delegation and participant record: those are never dead.
 func (s *state) plan(first, active uint64, segmentSize int64) (retire []uint64, copies []*liveRecord) {
 	limit := minSegments + int(2*s.liveBytes/segmentSize)
 	remaining := int(active - first + 1)
@@ -299,7 +321,7 @@ func (s *state) plan(first, active uint64, segmentSize int64) (retire []uint64, 
 		return retire, nil
 	}
 	last := retire[len(retire)-1]
-	for _, m := range []map[string]*liveRecord{s.commits, s.aborts, s.delegations} {
+	for _, m := range []map[string]*liveRecord{s.commits, s.aborts, s.delegations, s.parts} {
 		for _, r := range m {
 			if r.seg <= last {
 				copies = append(copies, r)

@@ -12,7 +12,8 @@
 // It checks the identity, commit records (Lookup, Commits, Forget), the
 // fence between commit and abort records both ways, also with many
 // goroutines racing LogCommit and LogAbort for the same ids, repeated
-// aborts, ErrDecisionTooLate, delegations, heuristic records kept by
+// aborts, ErrDecisionTooLate, delegations and participant records with
+// their identities, heuristic records kept by
 // participant and XID, abort retention on the log's clock, and durability
 // across a reopen.
 //
@@ -169,6 +170,7 @@ func Run(t *testing.T, h Harness) {
 		{"FenceRace", testFenceRace},
 		{"DecisionTooLate", testDecisionTooLate},
 		{"Delegations", testDelegations},
+		{"Participants", testParticipants},
 		{"HeuristicsByParticipantAndXID", testHeuristics},
 		{"AbortRetention", testAbortRetention},
 	}
@@ -502,31 +504,101 @@ func testDelegations(e *env) {
 	if ds, err := e.log.Delegations(e.ctx); len(ds) != 0 || err != nil {
 		e.t.Fatalf("Delegations of a new log: %+v, %v", ds, err)
 	}
+	tableA := xa.Delegation{Participant: "maria", Table: "app.xa_decisions", TableID: strings.Repeat("a", 32)}
+	tableB := xa.Delegation{Participant: "maria", Table: "public.xa_decisions", TableID: strings.Repeat("b", 32)}
+	legacy := xa.Delegation{Participant: "pg"}
 	t0 := e.clock.Now()
-	if err := e.log.LogDelegation(e.ctx, "maria"); err != nil {
+	if err := e.log.LogDelegation(e.ctx, tableA); err != nil {
 		e.t.Fatalf("LogDelegation: %v", err)
 	}
 	e.clock.Advance(time.Minute)
 	t1 := e.clock.Now()
-	if err := e.log.LogDelegation(e.ctx, "pg"); err != nil {
-		e.t.Fatalf("LogDelegation: %v", err)
+	if err := e.log.LogDelegation(e.ctx, legacy); err != nil {
+		e.t.Fatalf("LogDelegation without a table identity: %v", err)
 	}
 	e.clock.Advance(time.Minute)
-	if err := e.log.LogDelegation(e.ctx, "maria"); err != nil {
+	if err := e.log.LogDelegation(e.ctx, tableA); err != nil {
 		e.t.Fatalf("LogDelegation again: %v", err)
 	}
-	check := func(when string) {
+	if err := e.log.LogDelegation(e.ctx, xa.Delegation{Participant: "maria"}); err != nil {
+		e.t.Fatalf("LogDelegation again, without the table identity: %v", err)
+	}
+	var ie *xa.IdentityError
+	if err := e.log.LogDelegation(e.ctx, tableB); !errors.Is(err, xa.ErrIdentity) || !errors.As(err, &ie) {
+		e.t.Fatalf("LogDelegation of another table for a participant delegated to already: %v; want an *xa.IdentityError", err)
+	}
+	check := func(when string, pg xa.Delegation, pgAt time.Time) {
 		e.t.Helper()
 		ds, err := e.log.Delegations(e.ctx)
 		if err != nil {
 			e.t.Fatal(err)
 		}
 		sort.Slice(ds, func(i, j int) bool { return ds[i].Participant < ds[j].Participant })
-		if len(ds) != 2 || ds[0].Participant != "maria" || !ds[0].Logged.Equal(t0) || ds[1].Participant != "pg" || !ds[1].Logged.Equal(t1) {
-			e.t.Fatalf("%s: Delegations = %+v; want maria at %v (recording it again is a no-op) and pg at %v", when, ds, t0, t1)
+		if len(ds) != 2 || ds[0].Participant != "maria" || !ds[0].Logged.Equal(t0) || !ds[0].SameTable(tableA) || ds[0].Table != tableA.Table ||
+			ds[1].Participant != "pg" || !ds[1].Logged.Equal(pgAt) || ds[1].TableID != pg.TableID || ds[1].Table != pg.Table {
+			e.t.Fatalf("%s: Delegations = %+v; want maria's table %s at %v (recording it again is a no-op, another table refused) and pg %+v at %v",
+				when, ds, tableA.Table, t0, pg, pgAt)
 		}
 	}
-	check("after LogDelegation")
+	check("after LogDelegation", legacy, t1)
+	if e.reopen() {
+		check("after reopen", legacy, t1)
+	}
+	// A delegation recorded before decision tables had identities is
+	// completed by one that names its table, and then holds to it.
+	e.clock.Advance(time.Minute)
+	t2 := e.clock.Now()
+	pgTable := xa.Delegation{Participant: "pg", Table: "public.xa_decisions", TableID: strings.Repeat("c", 32)}
+	if err := e.log.LogDelegation(e.ctx, pgTable); err != nil {
+		e.t.Fatalf("LogDelegation completing one without a table: %v", err)
+	}
+	if err := e.log.LogDelegation(e.ctx, xa.Delegation{Participant: "pg", Table: "x.y", TableID: strings.Repeat("d", 32)}); !errors.Is(err, xa.ErrIdentity) {
+		e.t.Fatalf("LogDelegation of another table after a completed one: %v; want ErrIdentity", err)
+	}
+	check("after completing a delegation", pgTable, t2)
+	if e.reopen() {
+		check("after completing a delegation and reopen", pgTable, t2)
+	}
+}
+
+func testParticipants(e *env) {
+	if ps, err := e.log.Participants(e.ctx); len(ps) != 0 || err != nil {
+		e.t.Fatalf("Participants of a new log: %+v, %v", ps, err)
+	}
+	maria := xa.ParticipantRecord{Name: "maria", Identity: xa.StoreIdentity{ID: strings.Repeat("1", 32), Where: "MariaDB database bank on db1:3306"}}
+	pg := xa.ParticipantRecord{Name: "pg", Identity: xa.StoreIdentity{ID: strings.Repeat("2", 32), Where: "PostgreSQL database bank"}}
+	t0 := e.clock.Now()
+	for _, p := range []xa.ParticipantRecord{maria, pg} {
+		if err := e.log.LogParticipant(e.ctx, p); err != nil {
+			e.t.Fatalf("LogParticipant(%s): %v", p.Name, err)
+		}
+	}
+	e.clock.Advance(time.Minute)
+	if err := e.log.LogParticipant(e.ctx, maria); err != nil {
+		e.t.Fatalf("LogParticipant again: %v", err)
+	}
+	other := pg
+	other.Identity = xa.StoreIdentity{ID: strings.Repeat("3", 32), Where: "PostgreSQL database staging"}
+	var ie *xa.IdentityError
+	if err := e.log.LogParticipant(e.ctx, other); !errors.Is(err, xa.ErrIdentity) || !errors.As(err, &ie) || !ie.Expected.Same(pg.Identity) || !ie.Found.Same(other.Identity) {
+		e.t.Fatalf("LogParticipant of another store under a recorded name: %v; want an *xa.IdentityError expecting %s, finding %s", err, pg.Identity, other.Identity)
+	}
+	if err := e.log.LogParticipant(e.ctx, xa.ParticipantRecord{Name: "bad", Identity: xa.StoreIdentity{ID: "not-an-id"}}); err == nil || errors.Is(err, xa.ErrIdentity) {
+		e.t.Fatalf("LogParticipant of a malformed identity: %v; want a plain error", err)
+	}
+	check := func(when string) {
+		e.t.Helper()
+		ps, err := e.log.Participants(e.ctx)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		sort.Slice(ps, func(i, j int) bool { return ps[i].Name < ps[j].Name })
+		if len(ps) != 2 || ps[0].Name != "maria" || ps[0].Identity != maria.Identity || !ps[0].Logged.Equal(t0) ||
+			ps[1].Name != "pg" || ps[1].Identity != pg.Identity || !ps[1].Logged.Equal(t0) {
+			e.t.Fatalf("%s: Participants = %+v; want maria and pg as first recorded at %v", when, ps, t0)
+		}
+	}
+	check("after LogParticipant")
 	if e.reopen() {
 		check("after reopen")
 	}

@@ -26,6 +26,7 @@ type Log struct {
 	records     map[string]xa.CommitRecord
 	aborts      map[string]xa.AbortRecord
 	delegations map[string]xa.Delegation
+	parts       map[string]xa.ParticipantRecord
 	heuristics  []xa.HeuristicRecord
 	dead        bool
 	// Writes counts LogCommit calls that stored a record.
@@ -57,6 +58,7 @@ func NewLogFor(ident xa.LogIdentity) *Log {
 		records:     map[string]xa.CommitRecord{},
 		aborts:      map[string]xa.AbortRecord{},
 		delegations: map[string]xa.Delegation{},
+		parts:       map[string]xa.ParticipantRecord{},
 	}
 }
 
@@ -219,17 +221,42 @@ func (l *Log) ForgetAbort(_ context.Context, id xa.GlobalID) error {
 	})
 }
 
-// LogDelegation implements xa.DecisionLog.
-func (l *Log) LogDelegation(_ context.Context, participant string) error {
-	if participant == "" {
-		return errors.New("memrm: delegation without a participant")
-	}
+// LogDelegation implements xa.DecisionLog (xa.MergeDelegation).
+func (l *Log) LogDelegation(_ context.Context, d xa.Delegation) error {
 	return l.write(func() error {
-		if _, ok := l.delegations[participant]; !ok {
-			l.delegations[participant] = xa.Delegation{Participant: participant, Logged: l.now()}
+		held, ok := l.delegations[d.Participant]
+		store, err := xa.MergeDelegation(held, ok, d)
+		if store {
+			d.Logged = l.now()
+			l.delegations[d.Participant] = d
 		}
-		return nil
+		return err
 	})
+}
+
+// LogParticipant implements xa.DecisionLog (xa.MergeParticipant).
+func (l *Log) LogParticipant(_ context.Context, p xa.ParticipantRecord) error {
+	return l.write(func() error {
+		held, ok := l.parts[p.Name]
+		store, err := xa.MergeParticipant(held, ok, p)
+		if store {
+			p.Logged = l.now()
+			l.parts[p.Name] = p
+		}
+		return err
+	})
+}
+
+// Participants implements xa.RecoveryLog.
+func (l *Log) Participants(context.Context) ([]xa.ParticipantRecord, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]xa.ParticipantRecord, 0, len(l.parts))
+	for _, p := range l.parts {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b xa.ParticipantRecord) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
 }
 
 // Delegations implements xa.RecoveryLog.
