@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -272,6 +274,13 @@ the source's error.`,
 			case runErr == nil:
 				fmt.Fprintf(g.stderr, "sink %s: the source ended: %s, every record read is committed\n", sc.Name, tr.done())
 			}
+			if u, ok := src.(unterminated); ok {
+				lines := u.Unterminated()
+				for _, path := range slices.Sorted(maps.Keys(lines)) {
+					fmt.Fprintf(g.stderr, "sink %s: %s ends with a line without its line break (%s at offset %d): not read, as it may be half written; the next run reads it once its line break is there\n",
+						sc.Name, path, plural(int(lines[path][1]), "byte"), lines[path][0])
+				}
+			}
 			if closeErr != nil && !errors.Is(closeErr, context.Canceled) {
 				fmt.Fprintf(g.stderr, "sink %s: closing the source: %v\n", sc.Name, closeErr)
 			}
@@ -298,6 +307,12 @@ the source's error.`,
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (e.g. :9465)")
 	f.DurationVar(&every, "progress-every", 5*time.Second, "how often a progress line goes to stderr (0: only at the end)")
 	return cmd
+}
+
+// unterminated is implemented by sources that leave a last line without
+// its line break unread (filesource).
+type unterminated interface {
+	Unterminated() map[string][2]int64
 }
 
 // runHint says what an error that stopped a run means for the operator.
