@@ -138,7 +138,9 @@ func (e *External[H]) PreCommit(ctx context.Context, checkpoint uint64) (H, erro
 // earlier pending handle first, in order (checkpoint h's completion
 // completes them). A handle this External does not hold (one restored from
 // state, or another member's) is committed as given. Committing a
-// committed handle again only repeats phase two.
+// committed handle again only repeats phase two. A handle not decided yet
+// is refused (ErrFenced) once a generation above this member's has
+// registered, whoever's handle it is: the member is then a zombie.
 func (e *External[H]) Commit(ctx context.Context, h H) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -512,14 +512,17 @@ func (h Handle) id() uint64 {
 // External, the caller's completed checkpoint is the decision and the row
 // only records it: the marker is never claimed here (that could abort a
 // completed checkpoint), the decision is retried until it is known to be
-// stored, and a refusal because a later generation has started leaves the
-// branches prepared for that generation's Restore.
+// stored, and a refusal because a generation above the committer's has
+// started (whoever's handle it is: the committer's generation is the
+// fence) leaves the branches prepared for that generation's Restore.
 func (in *instance) decide(ctx context.Context, h Handle, t *txn) error {
 	ref := Ref{Incarnation: h.Incarnation}
 	d := decision{sink: h.Sink, inc: h.Incarnation, txn: h.Txn, parts: h.Partitions, origins: encodeOrigins(h.Branches),
-		external: ref.External(), generation: ref.Generation(), checkpoint: h.Checkpoint,
-		fenceGeneration: ref.External() && h.Incarnation == in.inc}
+		external: ref.External(), generation: ref.Generation(), checkpoint: h.Checkpoint, committer: in.generation}
 	if d.external {
+		if !in.external {
+			return fmt.Errorf("%w: an external member's handle (%s) given to a self-driven instance", ErrConfig, h.Ref(""))
+		}
 		return in.decideExternal(ctx, h, t, d)
 	}
 	err := in.s.st.decide(ctx, d)
@@ -553,8 +556,8 @@ func (in *instance) decideExternal(ctx context.Context, h Handle, t *txn, d deci
 			return nil
 		}
 		if errors.Is(err, errEpochMoved) {
-			return fmt.Errorf("sink: checkpoint %d: %w: a later generation has started, whose Restore finishes this checkpoint (%v)",
-				h.id(), ErrFenced, err)
+			return fmt.Errorf("sink: checkpoint %d: %w: a generation above the committer's (%d) has started, whose Restore finishes or fences this checkpoint (%v)",
+				h.id(), ErrFenced, in.generation, err)
 		}
 		// Stored already (an earlier attempt, or another process), or a
 		// marker: read the key. Nothing there: try again (a decision

@@ -261,8 +261,13 @@ func (s *Sink) Run(ctx context.Context, src Source, opts RunOptions) error {
 // in generation: the caller runs the checkpoints (see External). Call
 // Restore on it first after a restart. The member and generation go into
 // the XIDs in place of an incarnation; a caller's restart must use a
-// higher generation. Two live members must not share a member number.
-// Like Run, it refuses tables that do not fit (ErrTable).
+// generation above every one registered for the sink (the members of one
+// restart share it). Registering raises the sink's generation fence: from
+// then on no member of an earlier generation can decide a checkpoint,
+// whoever's handle it commits. A generation below the highest registered
+// is refused with ErrFenced; a member and generation registered already
+// (a generation reused) with ErrConfig. Two live members must not share a
+// member number. Like Run, it refuses tables that do not fit (ErrTable).
 func (s *Sink) External(ctx context.Context, member, generation uint32) (*External[Handle], error) {
 	if member > MaxMember {
 		return nil, fmt.Errorf("%w: member %d above %d", ErrConfig, member, MaxMember)
@@ -294,6 +299,16 @@ func (s *Sink) newInstance(ctx context.Context, external bool, member, generatio
 	if external {
 		in.inc = ExternalIncarnation(member, generation)
 		err = s.st.register(ctx, s.cfg.Name, in.inc, s.cfg.Host, s.cfg.PID)
+		var ge *generationError
+		if errors.As(err, &ge) {
+			if errors.Is(err, errGenerationStale) {
+				err = fmt.Errorf("sink: member %d of generation %d: %w: generation %d is registered for sink %s: a restart's members use a generation above every one registered",
+					member, generation, ErrFenced, ge.highest, s.cfg.Name)
+			} else {
+				err = fmt.Errorf("%w: member %d of generation %d is registered already for sink %s: a generation is used once per member (a restart uses a generation above %d, the highest registered)",
+					ErrConfig, member, generation, s.cfg.Name, ge.highest)
+			}
+		}
 	} else {
 		in.inc, err = s.st.allocate(ctx, s.cfg.Name, s.cfg.Host, s.cfg.PID)
 	}

@@ -44,6 +44,10 @@ var pgDDL = []string{
 		host text NOT NULL,
 		pid integer NOT NULL,
 		PRIMARY KEY (sink, incarnation))`,
+	`CREATE TABLE IF NOT EXISTS xa_sink_generations (
+		sink text PRIMARY KEY,
+		generation bigint NOT NULL,
+		updated timestamptz NOT NULL DEFAULT now())`,
 }
 
 func openPgStore(ctx context.Context, c TargetConfig) (*pgStore, error) {
@@ -100,10 +104,41 @@ func (s *pgStore) allocate(ctx context.Context, sink, host string, pid int) (uin
 	return 0, fmt.Errorf("sink: allocating an incarnation: %w", err)
 }
 
+// register locks the sink's generation fence row (creating it if
+// missing, from the highest generation the instance rows hold, for sinks
+// registered before the row existed), refuses a generation below the
+// highest, inserts the instance row (refusing one there already) and
+// raises the fence, in one transaction.
 func (s *pgStore) register(ctx context.Context, sink string, inc uint64, host string, pid int) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO xa_sink_instances (sink, incarnation, host, pid) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
+	gen := int64(inc & lowWord)
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	var highest int64
+	err = tx.QueryRow(ctx, `INSERT INTO xa_sink_generations AS g (sink, generation)
+		SELECT $1, COALESCE(max(incarnation & $3), 0) FROM xa_sink_instances WHERE sink = $1 AND incarnation >= $2
+		ON CONFLICT (sink) DO UPDATE SET generation = g.generation
+		RETURNING generation`, sink, maxSelfIncarnation, int64(lowWord)).Scan(&highest)
+	if err != nil {
+		return err
+	}
+	if gen < highest {
+		return &generationError{reason: errGenerationStale, highest: uint32(highest)}
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO xa_sink_instances (sink, incarnation, host, pid) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
 		sink, int64(inc), host, pid)
-	return err
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return &generationError{reason: errGenerationReused, highest: uint32(highest)}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE xa_sink_generations SET generation = $2, updated = now() WHERE sink = $1 AND generation < $2`, sink, gen); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 func scanPartitions(rows pgx.Rows) ([]PartitionStatus, error) {
@@ -155,8 +190,10 @@ func splitParts(ps []PartitionPosition) (names, positions []string, epochs []int
 // the UPDATE of the positions under their epochs feeds the INSERT of the
 // decision row, whose checkpoint is NULL, and so violates NOT NULL, unless
 // every partition matched. An external member's decision instead inserts
-// the row first (its checkpoint NULL if fenceGeneration and a later
-// generation is registered) and moves the progress rows forward.
+// the row first (its checkpoint NULL if the sink's generation fence, read
+// FOR SHARE, is above the committer's generation: the lock waits for a
+// registration in flight, and reads the row it committed) and moves the
+// progress rows forward.
 func (s *pgStore) decide(ctx context.Context, d decision) error {
 	names, positions, epochs := splitParts(d.parts)
 	var err error
@@ -172,9 +209,9 @@ func (s *pgStore) decide(ctx context.Context, d decision) error {
 		}
 		return err
 	}
-	_, err = s.pool.Exec(ctx, `WITH d AS (INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, origins)
-				SELECT $1, $2, CASE WHEN NOT $9::boolean OR NOT EXISTS (SELECT 1 FROM xa_sink_instances i WHERE i.sink = $1
-					AND i.incarnation >= $10 AND (i.incarnation & $11) > $7) THEN $5::bigint END, false, $6
+	_, err = s.pool.Exec(ctx, `WITH f AS (SELECT generation FROM xa_sink_generations WHERE sink = $1 FOR SHARE),
+			d AS (INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, origins)
+				SELECT $1, $2, CASE WHEN (SELECT generation FROM f) <= $9 THEN $5::bigint END, false, $6
 				RETURNING 1),
 			v AS (SELECT * FROM unnest($3::text[], $4::text[]) AS v(part, position))
 			INSERT INTO xa_sink_progress AS p (sink, "partition", epoch, owner, position, checkpoint)
@@ -183,9 +220,9 @@ func (s *pgStore) decide(ctx context.Context, d decision) error {
 				epoch = excluded.epoch, checkpoint = excluded.checkpoint, updated = now()
 			WHERE (excluded.epoch, excluded.checkpoint) > (p.epoch, p.checkpoint)`,
 		d.sink, int64(d.inc), names, positions, int64(d.txn), d.origins, int64(d.generation), int64(d.checkpoint),
-		d.fenceGeneration, maxSelfIncarnation, int64(lowWord))
+		int64(d.committer))
 	if pgCode(err) == "23502" {
-		return fmt.Errorf("%w: a later generation is registered: %v", errEpochMoved, err)
+		return fmt.Errorf("%w: a generation above the committer's (%d) is registered: %v", errEpochMoved, d.committer, err)
 	}
 	return err
 }
