@@ -60,7 +60,13 @@ var progressTargets = []string{tgMy, tgPg}
 // newEnvOn is newEnv with the bookkeeping tables in target progress.
 func newEnvOn(t *testing.T, progress string) *env {
 	t.Helper()
-	e := &env{t: t, my: dbtest.MySQLDB(t), pg: dbtest.PostgresDB(t),
+	return newEnvWith(t, dbtest.MySQLDB(t), dbtest.PostgresDB(t), progress)
+}
+
+// newEnvWith is newEnvOn with the given databases.
+func newEnvWith(t *testing.T, my, pg *dbtest.DB, progress string) *env {
+	t.Helper()
+	e := &env{t: t, my: my, pg: pg,
 		name: fmt.Sprintf("t%d-%d", os.Getpid()%100000, sinkSeq.Add(1))}
 	ctx := testCtx(t)
 	if err := e.my.Server.Exec(ctx, e.my.Name,

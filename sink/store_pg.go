@@ -65,11 +65,61 @@ func openPgStore(ctx context.Context, c TargetConfig) (*pgStore, error) {
 
 func (s *pgStore) close() { s.pool.Close() }
 
+// pgDurable makes the transaction it runs in durable at its commit,
+// whatever synchronous_commit the role, the database or the session set
+// (issue 13): PostgreSQL reads the setting at commit time, and with "off"
+// a COMMIT answers before its WAL is flushed, so that a crash of the
+// server loses a decision, an abort marker or an epoch that was reported
+// stored, and other databases acted on it. It raises "off" and "local"
+// to "on" for this transaction only (set_config's is_local), and leaves
+// "on", "remote_write" and "remote_apply" as they are.
+const pgDurable = `SELECT set_config('synchronous_commit', CASE WHEN current_setting('synchronous_commit') IN ('off', 'local')
+	THEN 'on' ELSE current_setting('synchronous_commit') END, true)`
+
+// durable runs a statement that is a decision or a fence (the decision,
+// an abort marker, an epoch, an incarnation) behind pgDurable, in one
+// pipeline: one round trip, one implicit transaction, committed at its
+// Sync. read reads the statement's results; the commit's error, if any,
+// is returned too (a lost reply there is an unknown outcome, as for any
+// statement).
+func (s *pgStore) durable(ctx context.Context, read func(pgx.BatchResults) error, sql string, args ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(pgDurable)
+	b.Queue(sql, args...)
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		err = read(br)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// execDurable is durable for a statement whose results are not read.
+func (s *pgStore) execDurable(ctx context.Context, sql string, args ...any) error {
+	return s.durable(ctx, func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		return err
+	}, sql, args...)
+}
+
+// setup creates the tables in one durable transaction (pgDurable: a
+// setup reported done survives a crash whatever synchronous_commit says).
 func (s *pgStore) setup(ctx context.Context) error {
-	for _, q := range pgDDL {
-		if _, err := s.pool.Exec(ctx, q); err != nil {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("sink: setup: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	for _, q := range append([]string{pgDurable}, pgDDL...) {
+		if _, err := tx.Exec(ctx, q); err != nil {
 			return fmt.Errorf("sink: setup: %w", err)
 		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("sink: setup: %w", err)
 	}
 	return nil
 }
@@ -91,9 +141,10 @@ func (s *pgStore) allocate(ctx context.Context, sink, host string, pid int) (uin
 			break
 		}
 		var inc int64
-		err = s.pool.QueryRow(ctx, `INSERT INTO xa_sink_instances (sink, incarnation, host, pid)
+		err = s.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&inc) },
+			`INSERT INTO xa_sink_instances (sink, incarnation, host, pid)
 			SELECT $1, COALESCE(max(incarnation), 0) + 1, $2, $3 FROM xa_sink_instances WHERE sink = $1 AND incarnation < $4
-			RETURNING incarnation`, sink, host, pid, maxSelfIncarnation).Scan(&inc)
+			RETURNING incarnation`, sink, host, pid, maxSelfIncarnation)
 		if err == nil {
 			return uint64(inc), nil
 		}
@@ -116,6 +167,9 @@ func (s *pgStore) register(ctx context.Context, sink string, inc uint64, host st
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	if _, err := tx.Exec(ctx, pgDurable); err != nil {
+		return err
+	}
 	var highest int64
 	err = tx.QueryRow(ctx, `INSERT INTO xa_sink_generations AS g (sink, generation)
 		SELECT $1, COALESCE(max(incarnation & $3), 0) FROM xa_sink_instances WHERE sink = $1 AND incarnation >= $2
@@ -158,14 +212,22 @@ func scanPartitions(rows pgx.Rows) ([]PartitionStatus, error) {
 
 func (s *pgStore) take(ctx context.Context, sink string, inc uint64, parts []string) ([]PartitionStatus, error) {
 	parts = slices.Sorted(slices.Values(parts)) // one lock order for every taker
-	rows, err := s.pool.Query(ctx, `INSERT INTO xa_sink_progress AS p (sink, "partition", epoch, owner, position, checkpoint)
+	var out []PartitionStatus
+	err := s.durable(ctx, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		out, err = scanPartitions(rows)
+		return err
+	}, `INSERT INTO xa_sink_progress AS p (sink, "partition", epoch, owner, position, checkpoint)
 		SELECT $1, part, 1, $2, '', 0 FROM unnest($3::text[]) AS part
 		ON CONFLICT (sink, "partition") DO UPDATE SET epoch = p.epoch + 1, owner = excluded.owner, updated = now()
 		RETURNING "partition", position, epoch, owner, checkpoint, updated`, sink, int64(inc), parts)
 	if err != nil {
 		return nil, fmt.Errorf("sink: taking partitions: %w", err)
 	}
-	return scanPartitions(rows)
+	return out, nil
 }
 
 func (s *pgStore) read(ctx context.Context, sink string, parts []string) ([]PartitionStatus, error) {
@@ -186,7 +248,8 @@ func splitParts(ps []PartitionPosition) (names, positions []string, epochs []int
 	return names, positions, epochs
 }
 
-// decide runs step 3 as one statement (one round trip, one transaction):
+// decide runs step 3 as one statement (one round trip, one transaction,
+// durable: see pgDurable):
 // the UPDATE of the positions under their epochs feeds the INSERT of the
 // decision row, whose checkpoint is NULL, and so violates NOT NULL, unless
 // every partition matched. An external member's decision instead inserts
@@ -198,7 +261,7 @@ func (s *pgStore) decide(ctx context.Context, d decision) error {
 	names, positions, epochs := splitParts(d.parts)
 	var err error
 	if !d.external {
-		_, err = s.pool.Exec(ctx, `WITH v AS (SELECT * FROM unnest($3::text[], $4::bigint[], $5::text[]) AS v(part, epoch, position)),
+		err = s.execDurable(ctx, `WITH v AS (SELECT * FROM unnest($3::text[], $4::bigint[], $5::text[]) AS v(part, epoch, position)),
 			upd AS (UPDATE xa_sink_progress p SET position = v.position, checkpoint = $6, updated = now() FROM v
 				WHERE p.sink = $1 AND p."partition" = v.part AND p.epoch = v.epoch AND p.owner = $2 RETURNING 1)
 			INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, origins)
@@ -209,7 +272,7 @@ func (s *pgStore) decide(ctx context.Context, d decision) error {
 		}
 		return err
 	}
-	_, err = s.pool.Exec(ctx, `WITH f AS (SELECT generation FROM xa_sink_generations WHERE sink = $1 FOR SHARE),
+	err = s.execDurable(ctx, `WITH f AS (SELECT generation FROM xa_sink_generations WHERE sink = $1 FOR SHARE),
 			d AS (INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, origins)
 				SELECT $1, $2, CASE WHEN (SELECT generation FROM f) <= $9 THEN $5::bigint END, false, $6
 				RETURNING 1),
@@ -230,9 +293,10 @@ func (s *pgStore) decide(ctx context.Context, d decision) error {
 func (s *pgStore) claim(ctx context.Context, sink string, inc, txn uint64) (decisionRow, error) {
 	for range 3 {
 		var inserted bool
-		err := s.pool.QueryRow(ctx, `WITH ins AS (INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted)
+		err := s.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&inserted) },
+			`WITH ins AS (INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted)
 			VALUES ($1, $2, $3, true) ON CONFLICT DO NOTHING RETURNING 1) SELECT count(*) > 0 FROM ins`,
-			sink, int64(inc), int64(txn)).Scan(&inserted)
+			sink, int64(inc), int64(txn))
 		if err != nil {
 			return decisionRow{}, err
 		}

@@ -533,6 +533,12 @@ func testSinkDoctor(t *testing.T) {
 	if f := find(out, "PROCESS privilege ("+myName+")"); f.Severity != "ok" {
 		t.Errorf("PROCESS finding: %+v", f)
 	}
+	// The progress target's durability, as its start-up check found it
+	// (the test server runs with innodb_flush_log_at_trx_commit = 2).
+	if f := find(out, "decision durability ("+myName+"): innodb_flush_log_at_trx_commit"); f.Severity != "warn" || f.Value != "2" ||
+		!strings.Contains(f.Fix, "partial commit") || !strings.Contains(f.Fix, "SET GLOBAL innodb_flush_log_at_trx_commit=1") {
+		t.Errorf("decision durability finding: %+v", f)
+	}
 
 	r = e.runWith(few, "doctor").want(t, 0)
 	t.Logf("doctor's sink section:\n%s", r.stdout[strings.Index(r.stdout, "sink "+e.name):])

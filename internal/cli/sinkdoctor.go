@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/xadb/xa/drivers"
@@ -173,6 +174,9 @@ func doctorSink(ctx context.Context, c *config.Config, sc config.Sink, checked m
 			add("sink tables", fmt.Sprintf("present in %s (%s)", sc.Progress, strings.Join(sink.Tables(), ", ")), xa.SeverityOK, "")
 		}
 	}
+	// How durable its decisions are: the progress target's own findings.
+	pc, _ := c.Participant(sc.Progress)
+	fs = append(fs, progressDurability(sc.Progress, pc.Driver, checked[sc.Progress])...)
 	// The tables it writes: there, with every mapped column and an
 	// upsert's unique key.
 	tables := sc.SinkTables()
@@ -300,4 +304,42 @@ func grantOf(checks []xa.Finding) string {
 		}
 	}
 	return "GRANT PROCESS ON *.* TO the sink's user"
+}
+
+// durabilityChecks name the participants' start-up findings that say how
+// durable a commit of theirs is (the server's settings: MySQL has no
+// per-session knob, and PostgreSQL's fsync and full_page_writes are the
+// server's too).
+var durabilityChecks = []string{"innodb_flush_log_at_trx_commit", "log_bin", "sync_binlog", "fsync", "full_page_writes", "synchronous_commit"}
+
+// progressDurability repeats, for a sink, what its progress target's
+// start-up check found about the durability of a commit there: the sink's
+// decisions, abort markers, epochs and generation fences are commits of
+// the progress target, and a decision lost in a crash after another
+// target committed on its strength is a partial commit. PostgreSQL's
+// synchronous_commit is no concern of the sink's: its decisions and
+// fences set it on in their own transactions (docs/sink.md).
+func progressDurability(progress, driver string, checks []xa.Finding) []xa.Finding {
+	var fs []xa.Finding
+	for _, f := range checks {
+		if !slices.ContainsFunc(durabilityChecks, func(n string) bool { return strings.Contains(f.Name, n) }) {
+			continue
+		}
+		g := f
+		g.Name = "decision durability (" + progress + "): " + f.Name
+		switch {
+		case strings.Contains(f.Name, "synchronous_commit") && driver == sink.DriverPostgres:
+			g.Value += "; the sink's decisions and fences set synchronous_commit on in their own transactions"
+			g.Severity, g.Fix = xa.SeverityOK, ""
+		case f.Severity != xa.SeverityOK:
+			g.Fix = "the sink's decisions, abort markers and epochs are commits of " + progress +
+				": one lost in a crash after another target committed on its strength is a partial commit. " + f.Fix
+		}
+		fs = append(fs, g)
+	}
+	if len(fs) == 0 {
+		fs = append(fs, xa.Finding{Name: "decision durability (" + progress + ")", Value: "unknown: the participant's start-up check did not say",
+			Severity: xa.SeverityWarn, Fix: "see participant " + progress})
+	}
+	return fs
 }
