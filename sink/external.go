@@ -159,9 +159,15 @@ func (e *External[H]) Commit(ctx context.Context, h H) error {
 	return e.c.Commit(ctx, h)
 }
 
-// Abort rolls h back (its checkpoint failed). If h is the handle this
-// External holds pending for its checkpoint, it is pending no more; a
-// handle of another member leaves this one's pending handle alone.
+// Abort rolls h back (its checkpoint failed): it claims h's abort marker,
+// so that h can never commit afterwards (a later Commit or Restore with h
+// returns ErrAborted). If h is the handle this External holds pending for
+// its checkpoint, it is pending no more; a handle of another member leaves
+// this one's pending handle alone. The sink cannot tell whether the
+// caller's checkpoint completed: abort only a handle whose checkpoint will
+// never complete, keep it out of every checkpoint state, and write its
+// records again (or restart from an earlier checkpoint) before committing
+// a later one, which does not bring them back (docs/sink.md).
 func (e *External[H]) Abort(ctx context.Context, h H) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -862,6 +862,13 @@ func (in *instance) resolve(ctx context.Context, v View) error {
 	if err := in.s.check(); err != nil {
 		return err
 	}
+	// Restore acts only on the stores the sink was set up with: the
+	// progress store whose decisions it trusts, the targets whose
+	// branches it resolves (identity.go).
+	removed, err := in.s.verify(ctx)
+	if err != nil {
+		return fmt.Errorf("sink: restore refused: %w", err)
+	}
 	orphans, err := in.s.list(ctx)
 	if err != nil {
 		return err
@@ -923,7 +930,12 @@ func (in *instance) resolve(ctx context.Context, v View) error {
 		}
 	}
 	if in.s.cfg.DecisionRetention > 0 && in.s.forgetDue() {
-		if why := in.s.hiddenPrepared(ctx); why != "" {
+		if len(removed) > 0 {
+			// Its branches are not listed: the decisions they may need
+			// are kept until it is configured again, or forgotten.
+			in.log.Warn("sink: keeping old decision rows: a target set up for the sink is not configured; its prepared branches are neither listed nor resolved",
+				"target", removed[0].Name, "where", removed[0].Where)
+		} else if why := in.s.hiddenPrepared(ctx); why != "" {
 			// A decided branch hidden by the server (MariaDB, fact 7)
 			// comes back after a restart, and only its decision row then
 			// says it committed.
@@ -1010,15 +1022,22 @@ func (s *Sink) list(ctx context.Context) (map[txnKey][]listed, error) {
 
 // Status reads the sink's progress and instances, and lists its prepared
 // branches with what restore would do with each (as seen by a newcomer:
-// no checkpoint of it is in flight).
+// no checkpoint of it is in flight). It checks the identities first, as a
+// restore does (Verify), and returns their error, matching
+// xa.ErrIdentity, instead of a status read from the wrong stores.
 func (s *Sink) Status(ctx context.Context) (Status, error) {
 	if err := s.check(); err != nil {
 		return Status{}, err
+	}
+	removed, err := s.verify(ctx)
+	if err != nil {
+		return Status{Sink: s.cfg.Name}, err
 	}
 	st, err := s.st.status(ctx, s.cfg.Name)
 	if err != nil {
 		return st, err
 	}
+	st.Removed = removed
 	orphans, err := s.list(ctx)
 	if err != nil {
 		return st, err

@@ -99,7 +99,22 @@ func newEnvWith(t *testing.T, my, pg *dbtest.DB, progress string) *env {
 	if err := sink.Setup(ctx, e.progress()); err != nil {
 		t.Fatal(err)
 	}
+	e.bind()
 	return e
+}
+
+// bind binds the sink's targets to its progress store (xactl sink setup
+// does it after Setup).
+func (e *env) bind() {
+	e.t.Helper()
+	s, err := sink.Open(testCtx(e.t), e.cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Bind(testCtx(e.t)); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // progress returns the progress target's configuration.

@@ -67,6 +67,9 @@ type Sink struct {
 	mapFn    MapFunc
 	st       store
 	progress string
+	// tstores are the stores on the targets other than the progress
+	// target, for their bindings (identity.go).
+	tstores map[string]store
 
 	closed atomic.Bool
 	// hook is called at protocol steps (tests simulate crashes with it).
@@ -179,6 +182,15 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		return nil, err
 	}
 	s.st = st
+	s.tstores = map[string]store{}
+	for _, tc := range cfg.Targets {
+		if tc.Name == cfg.Progress {
+			continue
+		}
+		if s.tstores[tc.Name], err = storeFor(ctx, tc); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	return s, nil
 }
@@ -191,6 +203,9 @@ func (s *Sink) closeAll() {
 	}
 	if s.st != nil {
 		s.st.close()
+	}
+	for _, st := range s.tstores {
+		st.close()
 	}
 }
 
@@ -281,13 +296,20 @@ func (s *Sink) External(ctx context.Context, member, generation uint32) (*Extern
 
 // newInstance checks the tables (CheckTables: a table that does not fit
 // is refused here, with ErrTable, rather than by every checkpoint, or not
-// at all: an upsert without its unique key duplicates rows on MySQL), then
+// at all: an upsert without its unique key duplicates rows on MySQL) and
+// the identities of the progress target and the targets (Verify: a
+// mismatch is refused with errors matching xa.ErrIdentity), then
 // registers the instance.
 func (s *Sink) newInstance(ctx context.Context, external bool, member, generation uint32) (*instance, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
 	if err := s.checkTables(ctx); err != nil {
+		return nil, err
+	}
+	// The progress target and the targets are the stores the sink was
+	// set up with (identity.go), before anything is written.
+	if _, err := s.verify(ctx); err != nil {
 		return nil, err
 	}
 	in := &instance{s: s, external: external, generation: generation, epochs: map[string]int64{},

@@ -70,6 +70,18 @@ type store interface {
 	forget(ctx context.Context, sink string, age time.Duration, keep []txnKey) (int, error)
 	// status reads the progress and instance rows.
 	status(ctx context.Context, sink string) (Status, error)
+	// bindings returns the sink's rows of xa_sink_bindings in this
+	// store, by target (none, without an error, when the table is
+	// missing).
+	bindings(ctx context.Context, sink string) (map[string]binding, error)
+	// bind creates xa_sink_bindings if missing and stores b: a new row,
+	// or the participant id of a row of the same ids that has none.
+	bind(ctx context.Context, b binding) error
+	// unbind deletes the sink's row of target.
+	unbind(ctx context.Context, sink, target string) error
+	// describe says which store this is, for operators: kind, database,
+	// server, schema.
+	describe(ctx context.Context) (string, error)
 	close()
 }
 
@@ -138,6 +150,11 @@ type Status struct {
 	// Branches are the sink's prepared branches on its targets, with
 	// what restore would do with each; filled by Sink.Status only.
 	Branches []BranchStatus
+	// Removed are the targets set up for the sink that the configuration
+	// no longer has (Sink.Status only): their prepared branches are
+	// neither listed nor resolved, and restore forgets no decision while
+	// there is one.
+	Removed []RemovedTarget
 }
 
 // PartitionStatus is one row of xa_sink_progress.

@@ -48,6 +48,7 @@ var myDDL = []string{
 // MySQL error numbers the store tells apart.
 const (
 	myBadNull   = 1048 // ER_BAD_NULL_ERROR
+	myNoTable   = 1146 // ER_NO_SUCH_TABLE
 	myDupEntry  = 1062 // ER_DUP_ENTRY
 	myLockWait  = 1205 // ER_LOCK_WAIT_TIMEOUT
 	myDeadlock  = 1213 // ER_LOCK_DEADLOCK
@@ -530,3 +531,56 @@ func (s *myStore) tableShape(ctx context.Context, name string) (tableShape, erro
 
 // slots: MySQL and MariaDB set no limit on prepared branches.
 func (s *myStore) slots(context.Context) (string, int, int, bool, error) { return "", 0, 0, false, nil }
+
+// myBindingsDDL creates xa_sink_bindings (see binding), in every target.
+const myBindingsDDL = "CREATE TABLE IF NOT EXISTS xa_sink_bindings (" +
+	"sink VARCHAR(24) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, " +
+	"target VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, " +
+	"target_id CHAR(32) CHARACTER SET ascii NOT NULL, progress_id CHAR(32) CHARACTER SET ascii NOT NULL, " +
+	"participant_id VARCHAR(64) CHARACTER SET ascii NOT NULL DEFAULT '', " +
+	"target_where TEXT CHARACTER SET utf8mb4 NOT NULL, progress_where TEXT CHARACTER SET utf8mb4 NOT NULL, " +
+	"bound DATETIME(6) NOT NULL, PRIMARY KEY (sink, target)) ENGINE=InnoDB"
+
+func (s *myStore) bindings(ctx context.Context, sink string) (map[string]binding, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT target, target_id, progress_id, participant_id, target_where, progress_where, bound "+
+		"FROM xa_sink_bindings WHERE sink = ?", sink)
+	if myErrno(err) == myNoTable {
+		return map[string]binding{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]binding{}
+	for rows.Next() {
+		b := binding{sink: sink}
+		if err := rows.Scan(&b.target, &b.targetID, &b.progressID, &b.participantID, &b.where, &b.progressWhere, &b.bound); err != nil {
+			return nil, err
+		}
+		out[b.target] = b
+	}
+	return out, rows.Err()
+}
+
+func (s *myStore) bind(ctx context.Context, b binding) error {
+	if _, err := s.db.ExecContext(ctx, myBindingsDDL); err != nil {
+		return err
+	}
+	_, err := s.db.ExecContext(ctx, "INSERT INTO xa_sink_bindings (sink, target, target_id, progress_id, participant_id, target_where, progress_where, bound) "+
+		"VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE "+
+		"participant_id = IF(participant_id = '' AND target_id = VALUES(target_id) AND progress_id = VALUES(progress_id), VALUES(participant_id), participant_id)",
+		b.sink, b.target, b.targetID, b.progressID, b.participantID, b.where, b.progressWhere)
+	return err
+}
+
+func (s *myStore) unbind(ctx context.Context, sink, target string) error {
+	_, err := s.db.ExecContext(ctx, "DELETE FROM xa_sink_bindings WHERE sink = ? AND target = ?", sink, target)
+	return err
+}
+
+func (s *myStore) describe(ctx context.Context) (string, error) {
+	var where string
+	err := s.db.QueryRowContext(ctx, "SELECT CONCAT(IF(VERSION() LIKE '%MariaDB%', 'MariaDB', 'MySQL'), ' database ', COALESCE(DATABASE(), '(none)'), "+
+		"' at ', @@hostname, ':', @@port, ', as ', CURRENT_USER())").Scan(&where)
+	return where, err
+}

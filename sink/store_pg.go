@@ -491,3 +491,74 @@ func (s *pgStore) slots(ctx context.Context) (server string, max, inUse int, lim
 		current_setting('max_prepared_transactions')::int, (SELECT count(*) FROM pg_prepared_xacts)::int`).Scan(&server, &max, &inUse)
 	return server, max, inUse, err == nil, err
 }
+
+// pgBindingsDDL creates xa_sink_bindings (see binding), in every target.
+const pgBindingsDDL = `CREATE TABLE IF NOT EXISTS xa_sink_bindings (
+	sink text NOT NULL,
+	target text NOT NULL,
+	target_id text NOT NULL,
+	progress_id text NOT NULL,
+	participant_id text NOT NULL DEFAULT '',
+	target_where text NOT NULL,
+	progress_where text NOT NULL,
+	bound timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (sink, target))`
+
+func (s *pgStore) bindings(ctx context.Context, sink string) (map[string]binding, error) {
+	rows, err := s.pool.Query(ctx, `SELECT target, target_id, progress_id, participant_id, target_where, progress_where, bound
+		FROM xa_sink_bindings WHERE sink = $1`, sink)
+	if pgCode(err) == "42P01" { // undefined_table
+		return map[string]binding{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]binding{}
+	for rows.Next() {
+		b := binding{sink: sink}
+		if err := rows.Scan(&b.target, &b.targetID, &b.progressID, &b.participantID, &b.where, &b.progressWhere, &b.bound); err != nil {
+			return nil, err
+		}
+		out[b.target] = b
+	}
+	if pgCode(rows.Err()) == "42P01" {
+		return map[string]binding{}, nil
+	}
+	return out, rows.Err()
+}
+
+// bind runs in one durable transaction (pgDurable).
+func (s *pgStore) bind(ctx context.Context, b binding) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	for _, q := range []string{pgDurable, pgBindingsDDL} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO xa_sink_bindings AS b (sink, target, target_id, progress_id, participant_id, target_where, progress_where)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (sink, target) DO UPDATE SET participant_id = excluded.participant_id
+		WHERE b.participant_id = '' AND b.target_id = excluded.target_id AND b.progress_id = excluded.progress_id`,
+		b.sink, b.target, b.targetID, b.progressID, b.participantID, b.where, b.progressWhere); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func (s *pgStore) unbind(ctx context.Context, sink, target string) error {
+	return s.execDurable(ctx, `DELETE FROM xa_sink_bindings WHERE sink = $1 AND target = $2`, sink, target)
+}
+
+func (s *pgStore) describe(ctx context.Context) (string, error) {
+	var where string
+	err := s.pool.QueryRow(ctx, `SELECT 'PostgreSQL database ' || current_database() || ' at ' ||
+		coalesce(host(inet_server_addr()), 'local socket') || ':' || current_setting('port') || ', schema ' ||
+		coalesce((SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass('xa_sink_bindings')),
+			current_schema()::text, '(none)') || ', as role ' || current_user::text`).Scan(&where)
+	return where, err
+}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -976,4 +977,76 @@ func TestSinkFileGrowing(t *testing.T) {
 	}
 	// The first run said what it left.
 	firstRun.stderrHas(t, "1 record committed in", "without its line break")
+}
+
+// TestSinkIdentity: xactl's sink commands refuse a configuration whose
+// target reaches another database than the one the sink was set up with
+// (issue 13), and show a target taken out of the sink's targets. The sink
+// is set up and run; then participant pg's DSN reaches another database
+// of the server, which holds a table events too: sink status, sink run
+// and sink setup exit 3 saying which database was expected, and doctor
+// fails the sink's identity check; nothing is written there. Then pg is
+// taken out of the sink's targets (still a participant): sink status
+// exits 3 naming it, and sink setup --forget-target pg, finding none of
+// the sink's branches prepared there, forgets it: status exits 0.
+func TestSinkIdentity(t *testing.T) {
+	e := newSinkEnv(t)
+	src := "kind: generator\nrecords: 300\npartitions: 2"
+	cfg := e.sinkConfig("sink.yaml", src, "    checkpoint: {records: 100, interval: 100ms}\n")
+	e.runWith(cfg, "sink", "setup", e.name).want(t, 0).stdoutHas(t, "Bound to the progress target "+myName+" now: "+myName+", "+pgName)
+	e.runWith(cfg, "sink", "setup", e.name).want(t, 0).stdoutHas(t, "Bound already: "+myName+", "+pgName)
+	e.runWith(cfg, "sink", "run", e.name, "--progress-every", "0").want(t, 0)
+	e.wantRowsOnce(300)
+
+	other := dbtest.PostgresDB(t)
+	if err := other.Server.Exec(e.ctx, other.Name, eventsDDL); err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := e.writeConfig("wrong.yaml", strings.Replace(string(text), strconv.Quote(e.pg.DSN()), strconv.Quote(other.DSN()), 1))
+	r := e.runWith(wrong, "sink", "status", e.name).want(t, 3)
+	t.Logf("sink status with pg on another database:\n%s%s", r.stdout, r.stderr)
+	r.stdoutHas(t, "IDENTITY MISMATCH", "target pg of sink "+e.name, e.pg.Name)
+	r = e.runWith(wrong, "sink", "run", e.name, "--progress-every", "0").want(t, 3)
+	t.Logf("sink run with pg on another database:\n%s", r.stderr)
+	r.stderrHas(t, "holds no binding of the sink", e.pg.Name, "nothing was written or resolved")
+	r = e.runWith(wrong, "sink", "setup", e.name).want(t, 3)
+	r.stderrHas(t, "holds no binding of the sink", e.pg.Name)
+	r = e.runWith(wrong, "doctor", "-o", "json").want(t, 1)
+	var out doctorJSON
+	r.json(t, &out)
+	if f, ok := doctorFindings(out, "sink "+e.name)["identity (bindings)"]; !ok || f.Severity != "FAIL" || !strings.Contains(f.Value, e.pg.Name) {
+		t.Errorf("doctor's identity finding with pg on another database: %+v", f)
+	}
+	if n := e.countOn(other, "SELECT count(*) FROM events"); n != 0 {
+		t.Errorf("the other database's events: %d rows, want none", n)
+	}
+
+	// pg taken out of the sink's targets.
+	tables := fmt.Sprintf("      - target: %s\n        name: events\n        columns: {id: $.id, p: partition, seq: $.seq, body: $}\n", myName)
+	without := e.sinkTablesConfig("without.yaml", "", src, myName, tables)
+	r = e.runWith(without, "sink", "status", e.name).want(t, 3)
+	t.Logf("sink status with pg out of the targets:\n%s", r.stdout)
+	r.stdoutHas(t, "Target pg (PostgreSQL database "+e.pg.Name, "no longer among its targets")
+	e.runWith(without, "sink", "setup", e.name, "--forget-target", myName).want(t, 2)
+	e.runWith(without, "sink", "setup", e.name, "--forget-target", pgName).want(t, 0).stdoutHas(t, "Target pg is forgotten")
+	e.runWith(without, "sink", "status", e.name).want(t, 0)
+}
+
+// countOn runs a count query on a PostgreSQL database.
+func (e *sinkEnv) countOn(db *dbtest.DB, q string) int {
+	e.t.Helper()
+	c, err := pgx.Connect(e.ctx, db.DSN())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var n int
+	if err := c.QueryRow(e.ctx, q).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
 }

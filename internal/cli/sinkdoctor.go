@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -174,6 +175,9 @@ func doctorSink(ctx context.Context, c *config.Config, sc config.Sink, checked m
 			add("sink tables", fmt.Sprintf("present in %s (%s)", sc.Progress, strings.Join(sink.Tables(), ", ")), xa.SeverityOK, "")
 		}
 	}
+	// Its identities: the progress target and the targets are the
+	// databases it was set up with.
+	fs = append(fs, sinkIdentityFinding(ctx, c, sc, g))
 	// How durable its decisions are: the progress target's own findings.
 	pc, _ := c.Participant(sc.Progress)
 	fs = append(fs, progressDurability(sc.Progress, pc.Driver, checked[sc.Progress])...)
@@ -342,4 +346,39 @@ func progressDurability(progress, driver string, checks []xa.Finding) []xa.Findi
 			Severity: xa.SeverityWarn, Fix: "see participant " + progress})
 	}
 	return fs
+}
+
+// sinkIdentityFinding checks the sink's bindings as its restore does
+// (sink.Sink.Verify): the progress target is the store its targets are
+// bound to, each target the database the progress target recorded.
+func sinkIdentityFinding(ctx context.Context, c *config.Config, sc config.Sink, g *globals) xa.Finding {
+	f := xa.Finding{Name: "identity (bindings)"}
+	cfg := c.SinkConfig(sc)
+	cfg.Logger = g.sinkLogger()
+	s, err := sink.Open(ctx, cfg)
+	if err != nil {
+		f.Value, f.Severity, f.Fix = "could not be checked: "+err.Error(), xa.SeverityFail, "see the participants' findings"
+		return f
+	}
+	defer s.Close()
+	removed, err := s.Verify(ctx)
+	switch {
+	case errors.Is(err, xa.ErrIdentity):
+		f.Value, f.Severity = err.Error(), xa.SeverityFail
+		f.Fix = "as the value says (xactl sink setup " + sc.Name + " binds a sink set up for the first time): no instance starts and no restore acts meanwhile"
+	case err != nil:
+		f.Value, f.Severity, f.Fix = "could not be checked: "+err.Error(), xa.SeverityFail, "see the participants' findings"
+	case len(removed) > 0:
+		var names []string
+		for _, r := range removed {
+			names = append(names, r.Name+" ("+r.Where+")")
+		}
+		f.Value = "targets set up for the sink and no longer among its targets: " + strings.Join(names, ", ")
+		f.Severity = xa.SeverityWarn
+		f.Fix = "their prepared branches are neither listed nor resolved, and restore keeps every decision meanwhile: put them back, or forget each once it holds no prepared branch of the sink (xactl sink setup " +
+			sc.Name + " --forget-target NAME)"
+	default:
+		f.Value, f.Severity = fmt.Sprintf("the progress target %s and every target are the databases the sink was set up with", sc.Progress), xa.SeverityOK
+	}
+	return f
 }
