@@ -584,3 +584,54 @@ func (e *env) holdFence(ctx context.Context, generation int) (commit func()) {
 		db.Close()
 	}
 }
+
+// TestExternalAbortIsFinal: Abort of a pre-committed handle is final, and
+// a caller that keeps the handle in its checkpoint state anyway (a
+// Flink-style caller that aborted a checkpoint it still holds pending) is
+// told so, loudly, rather than having half of it land: the handle's
+// Commit returns ErrAborted, and so does a Restore from a state that
+// names it; none of its rows land (docs/sink.md: aborting only a handle
+// whose checkpoint will never complete is the caller's duty).
+func TestExternalAbortIsFinal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testCtx(t)
+	recs := records(gen(300, 3))
+	s := e.open()
+	x, err := s.External(ctx, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Restore(ctx, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Write(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	h, err := x.PreCommit(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = roundTrip(t, h)
+	if err := x.Abort(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Commit(ctx, h); !errors.Is(err, sink.ErrAborted) {
+		t.Errorf("Commit of an aborted handle: %v, want ErrAborted", err)
+	}
+	sink.Abandon(s)
+	s2 := e.open()
+	x2, err := s2.External(ctx, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = x2.Restore(ctx, []sink.Handle{h}, 3)
+	t.Logf("Restore from a state naming the aborted handle: %v", err)
+	if !errors.Is(err, sink.ErrAborted) {
+		t.Errorf("Restore with an aborted handle: %v, want ErrAborted", err)
+	}
+	e.settle(s2)
+	if my, pg := e.counts(); my.rows != 0 || pg.rows != 0 {
+		t.Errorf("the aborted checkpoint landed: %v, %v", my, pg)
+	}
+}

@@ -571,7 +571,7 @@ func (in *instance) decideExternal(ctx context.Context, h Handle, t *txn, d deci
 				return nil
 			}
 			in.rollback(ctx, h, t)
-			return &AbortError{Checkpoint: h.id(), Reason: fmt.Errorf("%w: a Restore fenced it", ErrAbortMarked)}
+			return &AbortError{Checkpoint: h.id(), Reason: fmt.Errorf("%w: a Restore fenced it, or Abort aborted it", ErrAbortMarked)}
 		}
 	}
 	return &unresolvedError{checkpoint: h.id(), err: fmt.Errorf("the decision could not be stored (Commit may be called again): %w", err)}
@@ -798,6 +798,10 @@ func (in *instance) Take(ctx context.Context, partitions []string) (map[string]s
 		err := in.Sweep(ctx)
 		if err == nil {
 			break
+		}
+		if errors.Is(err, xa.ErrIdentity) {
+			// Not the stores the sink was set up with: read nothing.
+			return nil, err
 		}
 		if time.Now().After(deadline) || !sleep(ctx, backoff(attempt)) {
 			in.log.Warn("sink: restore after taking partitions left orphans; reading on", "err", err)
