@@ -97,7 +97,9 @@ func newSinkSetup(g *globals) *cobra.Command {
 		Short: "Create the sink's bookkeeping tables in its progress target",
 		Long: `Create xa_sink_progress, xa_sink_decisions and xa_sink_instances in the
 sink's progress target (progress:, default its first target) where they are
-missing; run it once before the sink's first instance. It is idempotent.
+missing, and give every target its identity where it has none (as xactl
+participant init does); run it once before the sink's first instance. It is
+idempotent.
 It first opens the sink's targets as sink run does, and refuses (exit 1)
 what their start-up checks refuse there: a PostgreSQL target whose
 max_prepared_transactions is 0 cannot prepare, and so on.
@@ -118,12 +120,20 @@ unique index on exactly its key columns (sink run refuses those).`,
 			// = 0), with the same message, before anything is created.
 			cfg := c.SinkConfig(sc)
 			cfg.Logger = g.sinkLogger()
+			// Setting the sink up is the explicit act that gives its
+			// targets their identities where they have none (as xactl
+			// participant init does); sink run never makes one.
+			for i := range cfg.Targets {
+				cfg.Targets[i].Init = true
+			}
 			s, err := sink.Open(ctx, cfg)
 			if err != nil {
 				return fmt.Errorf("sink %s: %w", sc.Name, err)
 			}
 			s.Close()
-			if err := sink.Setup(ctx, c.ProgressTarget(sc)); err != nil {
+			progress := c.ProgressTarget(sc)
+			progress.Init = true
+			if err := sink.Setup(ctx, progress); err != nil {
 				return fmt.Errorf("sink %s: creating its tables in %s: %w", sc.Name, sc.Progress, err)
 			}
 			v := sinkSetupView{Sink: sc.Name, Progress: sc.Progress, Tables: sink.Tables(), Missing: []string{}, Unfit: []string{}, Unchecked: []string{}}
