@@ -55,8 +55,19 @@ type Options struct {
 	Logger *slog.Logger
 	// SkipCheck opens without running Check (the connection is still
 	// tried, so that a wrong address or login fails here, as
-	// xa.ErrConnect).
+	// xa.ErrConnect, and the participant's identity is read).
 	SkipCheck bool
+	// Init creates the participant's identity (and its decision table)
+	// when missing: the explicit act of setting it up (see the drivers'
+	// Config.Init). Never for recovery.
+	Init bool
+	// Adopt re-anchors an existing identity to the database that answers
+	// (PostgreSQL after pg_upgrade; see postgres.Config.Adopt).
+	Adopt bool
+	// IdentityTable names the table holding the participant's identity,
+	// for kinds that let it be chosen (PostgreSQL: a schema-qualified
+	// name when roles' search paths differ); empty: the kind's default.
+	IdentityTable string
 }
 
 // Participant is an open participant of any kind.
@@ -131,7 +142,13 @@ func Open(ctx context.Context, kind string, o Options) (Participant, error) {
 }
 
 func openMySQL(ctx context.Context, o Options) (Participant, error) {
-	rm, err := mysql.Open(ctx, mysql.Config{Name: o.Name, DSN: o.DSN, MaxConns: o.MaxConns, Logger: o.Logger, SkipCheck: o.SkipCheck})
+	if o.Adopt {
+		return nil, fmt.Errorf("drivers: participant %q: a mysql participant's identity has no anchor to adopt", o.Name)
+	}
+	if o.IdentityTable != "" {
+		return nil, fmt.Errorf("drivers: participant %q: a mysql participant keeps its identity in table xa_participant of its database; identity_table cannot be set", o.Name)
+	}
+	rm, err := mysql.Open(ctx, mysql.Config{Name: o.Name, DSN: o.DSN, MaxConns: o.MaxConns, Logger: o.Logger, SkipCheck: o.SkipCheck, Init: o.Init})
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +164,7 @@ func openMySQL(ctx context.Context, o Options) (Participant, error) {
 
 func openPostgres(ctx context.Context, o Options) (Participant, error) {
 	rm, err := postgres.Open(ctx, postgres.Config{Name: o.Name, DSN: o.DSN, MaxConns: int32(o.MaxConns), Logger: o.Logger,
-		SkipCheck: o.SkipCheck, DecisionTable: o.DecisionTable})
+		SkipCheck: o.SkipCheck, DecisionTable: o.DecisionTable, Init: o.Init, IdentityTable: o.IdentityTable, Adopt: o.Adopt})
 	if err != nil {
 		return nil, err
 	}

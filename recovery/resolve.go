@@ -87,14 +87,28 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 	var rec xa.CommitRecord
 	var aborted bool
 	st := &scanState{records: map[string]xa.CommitRecord{}, aborts: map[string]xa.AbortRecord{},
-		inStore: map[string]DecisionStore{}, stores: map[string]DecisionStore{}, fenced: map[string]error{}}
+		inStore: map[string]DecisionStore{}, stores: map[string]DecisionStore{}, fenced: map[string]error{}, unfit: map[string]error{}}
+	// Nothing is done on, or read from, a store that is not the one the
+	// log recorded under its name, forced or not.
+	ids, err := s.checkIdentities(ctx)
+	if err != nil {
+		return res, err
+	}
+	for name, err := range ids.tables {
+		st.unfit[name] = err
+	}
+	for name, err := range ids.participants {
+		st.unfit[name] = err
+	}
+	if err := ids.participants[opts.Participant]; err != nil {
+		return res, fmt.Errorf("recovery: resolve: refusing to act on participant %q: %w", opts.Participant, err)
+	}
 	for _, rm := range s.cfg.Participants {
-		if ds, ok := store(rm); ok {
+		if ds, ok := store(rm); ok && st.unfit[rm.Name()] == nil {
 			st.stores[rm.Name()] = ds
 		}
 	}
 	if ours {
-		var err error
 		rec, res.Logged, err = s.cfg.Log.Lookup(ctx, ref.ID)
 		if err != nil {
 			return res, fmt.Errorf("recovery: reading the decision log: %w", err)
@@ -120,8 +134,13 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 	}
 	var holders []holder
 	var errs []error
+	var unfit []error
 	for _, rm := range s.cfg.Participants {
 		if opts.Participant != "" && rm.Name() != opts.Participant {
+			continue
+		}
+		if err := ids.participants[rm.Name()]; err != nil {
+			unfit = append(unfit, err)
 			continue
 		}
 		key := ""
@@ -146,6 +165,9 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 		}
 	}
 	switch {
+	case len(holders) == 0 && len(unfit) > 0:
+		return res, fmt.Errorf("recovery: resolve: %s is not prepared on any participant that is the store the decision log recorded; "+
+			"participants not looked at: %w", x, errors.Join(unfit...))
 	case len(holders) == 0:
 		return res, fmt.Errorf("%w: %s (already resolved? see xactl list)%s", ErrNotPrepared, x, joinErrs(errs))
 	case len(holders) > 1:
@@ -177,6 +199,10 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 		var missing []string
 		for _, d := range delegations {
 			if st.stores[d.Participant] == nil {
+				if err := st.unfit[d.Participant]; err != nil {
+					missing = append(missing, fmt.Sprintf("%s (%v)", d.Participant, err))
+					continue
+				}
 				missing = append(missing, d.Participant)
 			}
 		}
@@ -206,7 +232,7 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 		case action == xa.OutcomeRollback && (!known || a <= s.cfg.Grace):
 			res.Contradiction = fmt.Sprintf("it is %s old, inside the %v grace period: its coordinator may still commit it", ageText(a, known), s.cfg.Grace)
 		case action == xa.OutcomeRollback && len(missing) > 0:
-			res.Contradiction = fmt.Sprintf("the decision log delegated decisions to %s, not configured here: its commit may be stored there", strings.Join(missing, ", "))
+			res.Contradiction = fmt.Sprintf("the decision log delegated decisions to %s, not configured here (or not the recorded table): its commit may be stored there", strings.Join(missing, ", "))
 		}
 		if res.Contradiction == "" {
 			for _, hr := range hs {
@@ -280,7 +306,6 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 			}
 		}
 	}
-	var err error
 	if action == xa.OutcomeCommit {
 		err = h.rm.Commit(ctx, x, from)
 	} else {

@@ -241,7 +241,15 @@ type Report struct {
 	// Unlisted: configured participants that could not be listed, and
 	// why. Nothing is known about their branches.
 	Unlisted map[string]error
-	Branches []Branch
+	// Mismatched: configured participants, or their decision tables, that
+	// answered as another store than the one the decision log recorded
+	// under their name, or as none (an *xa.IdentityError says which was
+	// expected, which answered, and the fix). Nothing on them was acted
+	// on, no record naming them was forgotten, and presumed abort waits
+	// for a decision table that is not the recorded one. An anomaly for
+	// the operator: xactl exits 3.
+	Mismatched map[string]error
+	Branches   []Branch
 	// Forgotten records: every branch of them is resolved.
 	Forgotten []xa.GlobalID
 	// Kept records that could have been forgotten but for a reason
@@ -331,15 +339,18 @@ func (sv *server) has(name string) bool {
 
 // scanState is what one scan has learned.
 type scanState struct {
-	dry      bool
-	records  map[string]xa.CommitRecord // by global id text: the log's and the stores'
-	aborts   map[string]xa.AbortRecord
-	inStore  map[string]DecisionStore // global id text -> the store holding its decision
-	stores   map[string]DecisionStore // configured decision stores, by participant name
-	blocked  string                   // why nothing may be presumed aborted, "" if it may
-	serverOf map[string]*server       // participant name -> its listing
-	fenced   map[string]error         // global id text -> outcome of taking the fence this scan
-	aborted  []xa.GlobalID            // abort records this scan wrote
+	dry     bool
+	records map[string]xa.CommitRecord // by global id text: the log's and the stores'
+	aborts  map[string]xa.AbortRecord
+	inStore map[string]DecisionStore // global id text -> the store holding its decision
+	stores  map[string]DecisionStore // configured decision stores, by participant name
+	// unfit: participants and decision tables that are not the stores the
+	// log recorded (see identities), by participant name, with why.
+	unfit    map[string]error
+	blocked  string             // why nothing may be presumed aborted, "" if it may
+	serverOf map[string]*server // participant name -> its listing
+	fenced   map[string]error   // global id text -> outcome of taking the fence this scan
+	aborted  []xa.GlobalID      // abort records this scan wrote
 	// handCommits are the branches committed by hand (forced, heuristic
 	// records), by their gtrid: their transactions are not presumed
 	// aborted.
@@ -353,7 +364,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	var rep Report
 	st := &scanState{dry: dry, records: map[string]xa.CommitRecord{}, aborts: map[string]xa.AbortRecord{},
 		inStore: map[string]DecisionStore{}, stores: map[string]DecisionStore{}, serverOf: map[string]*server{},
-		fenced: map[string]error{}, rolledBack: map[string]bool{}, vanished: map[string]bool{}}
+		fenced: map[string]error{}, rolledBack: map[string]bool{}, vanished: map[string]bool{}, unfit: map[string]error{}}
 	// Read the decisions BEFORE listing the branches: every branch of a
 	// record read here was prepared before the record was written, so a
 	// listing taken afterwards that lacks it means it is finished.
@@ -375,6 +386,25 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	if err != nil {
 		return rep, fmt.Errorf("recovery: reading the decision log's delegations: %w", err)
 	}
+	// Only the stores the log recorded are listed and read.
+	ids, err := s.checkIdentities(ctx)
+	if err != nil {
+		return rep, err
+	}
+	for name, err := range ids.participants {
+		st.unfit[name] = err
+	}
+	for name, err := range ids.tables {
+		st.unfit[name] = err
+	}
+	for name, err := range st.unfit {
+		if rep.Mismatched == nil {
+			rep.Mismatched = map[string]error{}
+		}
+		rep.Mismatched[name] = err
+		rep.Errors = append(rep.Errors, err)
+		s.log.Error("participant not acted on: it is not the store the decision log recorded", "rm", name, "err", err)
+	}
 	// Decisions taken by last resources live in their databases. A
 	// store this log delegated to that cannot be read may hold the
 	// decision of any branch without a record: nothing is presumed
@@ -382,7 +412,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	unread := map[string]bool{}
 	for _, rm := range s.cfg.Participants {
 		ds, ok := store(rm)
-		if !ok {
+		if !ok || st.unfit[rm.Name()] != nil {
 			continue
 		}
 		st.stores[rm.Name()] = ds
@@ -401,7 +431,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	for _, d := range delegations {
 		switch {
 		case st.stores[d.Participant] == nil:
-			why = append(why, s.undelegated(d.Participant))
+			why = append(why, s.undelegated(st, d.Participant))
 		case unread[d.Participant]:
 			why = append(why, fmt.Sprintf("the decision may be in participant %q's decision table, which could not be read", d.Participant))
 		}
@@ -416,6 +446,13 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	var servers []*server
 	byKey := map[string]*server{}
 	for _, rm := range s.cfg.Participants {
+		if err := ids.participants[rm.Name()]; err != nil {
+			if rep.Unlisted == nil {
+				rep.Unlisted = map[string]error{}
+			}
+			rep.Unlisted[rm.Name()] = err
+			continue
+		}
 		key := ""
 		if sh, ok := rm.(SharedServer); ok {
 			k, err := sh.ServerKey(ctx)
@@ -535,6 +572,9 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		for _, br := range rec.Branches {
 			sv := st.serverOf[br.RM]
 			switch {
+			case ids.participants[br.RM] != nil:
+				reasons = append(reasons, fmt.Sprintf("participant %q is not the database the log recorded (see Mismatched)", br.RM))
+				unseen = true
 			case sv == nil && s.cfg.Unreachable[br.RM] != nil:
 				reasons = append(reasons, fmt.Sprintf("participant %q could not be opened: %v", br.RM, s.cfg.Unreachable[br.RM]))
 				unseen = true
@@ -583,7 +623,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		rep.Forgotten = append(rep.Forgotten, ids...)
 	}
 	if !dry {
-		s.forgetAborts(ctx, &rep, st, aborts, len(answered) == len(servers), listedIDs)
+		s.forgetAborts(ctx, &rep, st, aborts, len(answered) == len(servers) && len(ids.participants) == 0, listedIDs)
 	}
 	// Report the presumed aborts that found something to roll back.
 	for _, id := range st.aborted {
@@ -620,7 +660,11 @@ func (s *Scanner) forgetAborts(ctx context.Context, rep *Report, st *scanState, 
 }
 
 // undelegated says why a store the log delegated to cannot be read.
-func (s *Scanner) undelegated(name string) string {
+func (s *Scanner) undelegated(st *scanState, name string) string {
+	if err := st.unfit[name]; err != nil {
+		return fmt.Sprintf("the decision may be in participant %q's decision table (the log delegated decisions to it), "+
+			"but the store that answers under that name is not the recorded one: %v", name, err)
+	}
 	if err := s.cfg.Unreachable[name]; err != nil {
 		return fmt.Sprintf("the decision may be in participant %q's decision table (the log delegated decisions to it), which could not be opened: %v", name, err)
 	}
@@ -823,7 +867,7 @@ func (s *Scanner) takeFence(ctx context.Context, st *scanState, b *Branch, force
 	for _, d := range delegations {
 		if st.stores[d.Participant] == nil && !forced {
 			b.Verdict = Blocked
-			b.Reason = s.undelegated(d.Participant)
+			b.Reason = s.undelegated(st, d.Participant)
 			return xa.CommitRecord{}, false, fmt.Errorf("%w: %s", xa.ErrRetryable, b.Reason)
 		}
 	}

@@ -98,7 +98,7 @@ func TestMySQLSupersetUnique(t *testing.T) {
 		Columns: []sink.Column{{Name: "k", From: "$.k"}, {Name: "email", From: "$.email"}}}
 	tables := []sink.Table{tb, tb}
 	tables[0].Name, tables[1].Name = "sup", "nul"
-	tes, err := sink.CheckTables(ctx, sink.TargetConfig{Name: "maria", Driver: sink.DriverMySQL, DSN: my.DSN()}, tables)
+	tes, err := sink.CheckTables(ctx, sink.TargetConfig{Name: "maria", Driver: sink.DriverMySQL, DSN: my.DSN(), Init: true}, tables)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,8 +84,8 @@ func newEnvWith(t *testing.T, my, pg *dbtest.DB, progress string) *env {
 	e.cfg = sink.Config{
 		Name: e.name,
 		Targets: []sink.TargetConfig{
-			{Name: tgMy, Driver: sink.DriverMySQL, DSN: e.my.DSN(), MaxConns: 8},
-			{Name: tgPg, Driver: sink.DriverPostgres, DSN: e.pg.DSN(), MaxConns: 8},
+			{Name: tgMy, Driver: sink.DriverMySQL, DSN: e.my.DSN(), MaxConns: 8, Init: true},
+			{Name: tgPg, Driver: sink.DriverPostgres, DSN: e.pg.DSN(), MaxConns: 8, Init: true},
 		},
 		Progress: progress,
 		Tables: []sink.Table{

@@ -59,8 +59,8 @@ func writeNumbers(t *testing.T, types []numberColumn, values []string) map[strin
 	cfg := Config{
 		Name: fmt.Sprintf("rv%d", time.Now().UnixNano()%1000000),
 		Targets: []TargetConfig{
-			{Name: "maria", Driver: DriverMySQL, DSN: my.DSN()},
-			{Name: "pg", Driver: DriverPostgres, DSN: pg.DSN()},
+			{Name: "maria", Driver: DriverMySQL, DSN: my.DSN(), Init: true},
+			{Name: "pg", Driver: DriverPostgres, DSN: pg.DSN(), Init: true},
 		},
 		Progress:       "maria",
 		Tables:         tables,

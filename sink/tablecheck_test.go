@@ -56,7 +56,7 @@ func TestCheckTablesPGView(t *testing.T) {
 	cols := []Column{{Name: "k", From: "key"}, {Name: "v", From: "$.v"}}
 	tables := []Table{{Name: "vv", Target: "pg", Columns: cols}, {Name: "mv", Target: "pg", Columns: cols},
 		{Name: "parted", Target: "pg", Columns: cols}, {Name: "base", Target: "pg", Columns: cols}}
-	tes, err := CheckTables(ctx, TargetConfig{Name: "pg", Driver: DriverPostgres, DSN: pg.DSN()}, tables)
+	tes, err := CheckTables(ctx, TargetConfig{Name: "pg", Driver: DriverPostgres, DSN: pg.DSN(), Init: true}, tables)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestCheckTablesMariaDBCase(t *testing.T) {
 		{Name: "EV", Target: "maria", Columns: cols},                                         // no such table
 		{Name: "Ev", Target: "maria", Columns: append(cols, Column{Name: "w", From: "$.w"})}, // no column w
 	}
-	tes, err := CheckTables(ctx, TargetConfig{Name: "maria", Driver: DriverMySQL, DSN: my.DSN()}, tables)
+	tes, err := CheckTables(ctx, TargetConfig{Name: "maria", Driver: DriverMySQL, DSN: my.DSN(), Init: true}, tables)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestCheckTablesMySQLOtherUnique(t *testing.T) {
 	}
 	tables := []Table{tb, tb, tb}
 	tables[0].Name, tables[1].Name, tables[2].Name = "other", "unmapped", "surrogate"
-	tes, err := CheckTables(ctx, TargetConfig{Name: "maria", Driver: DriverMySQL, DSN: my.DSN()}, tables)
+	tes, err := CheckTables(ctx, TargetConfig{Name: "maria", Driver: DriverMySQL, DSN: my.DSN(), Init: true}, tables)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,11 @@ type TargetConfig struct {
 	BatchBytes int
 	// BatchRows bounds the rows of one flush (default 5000).
 	BatchRows int
+	// Init creates the participant's identity in its database when it is
+	// missing (drivers.Options.Init): the explicit act of setting a target
+	// up, which xactl sink setup and xactl participant init do. Without it
+	// a target whose database has no identity is refused.
+	Init bool
 }
 
 const (
@@ -108,7 +113,7 @@ func (c TargetConfig) kind() string {
 func openTarget(ctx context.Context, c TargetConfig, log *slog.Logger) (*target, error) {
 	c = c.withDefaults()
 	c.Driver = c.kind()
-	p, err := drivers.Open(ctx, c.Driver, drivers.Options{Name: c.Name, DSN: c.DSN, MaxConns: c.MaxConns, Logger: log})
+	p, err := drivers.Open(ctx, c.Driver, drivers.Options{Name: c.Name, DSN: c.DSN, MaxConns: c.MaxConns, Logger: log, Init: c.Init})
 	if err != nil {
 		return nil, err
 	}

@@ -36,12 +36,12 @@ func Example_transfer() {
 
 	// One resource manager per database; Open checks that the server is
 	// set up for two-phase commit and says how to fix it if not.
-	maria, err := xamysql.Open(ctx, xamysql.Config{Name: "maria", DSN: mariaDSN})
+	maria, err := xamysql.Open(ctx, xamysql.Config{Name: "maria", DSN: mariaDSN, Init: true})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer maria.Close()
-	pg, err := xapg.Open(ctx, xapg.Config{Name: "pg", DSN: pgDSN})
+	pg, err := xapg.Open(ctx, xapg.Config{Name: "pg", DSN: pgDSN, Init: true})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -46,6 +46,8 @@ func (s StoreIdentity) Same(o StoreIdentity) bool { return s.ID != "" && s.ID ==
 
 func (s StoreIdentity) String() string {
 	switch {
+	case s.ID == "" && s.Where != "":
+		return "none (" + s.Where + ")"
 	case s.ID == "":
 		return "none"
 	case s.Where == "":

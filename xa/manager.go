@@ -81,6 +81,9 @@ type Manager struct {
 	ident  LogIdentity
 	log    *slog.Logger
 	closed atomic.Bool
+	// clockBehind: the clock was seen reading earlier than the log's
+	// creation (warned once).
+	clockBehind atomic.Bool
 
 	mu        sync.Mutex
 	async     int           // asynchronous phase 2s in flight
@@ -235,11 +238,30 @@ func (m *Manager) Begin(ctx context.Context) (*Tx, error) {
 		return nil, ErrClosed
 	}
 	now := time.Now()
-	id, err := NewGlobalID(m.cfg.Node, now)
+	id, err := NewGlobalID(m.cfg.Node, m.beginTime(now))
 	if err != nil {
 		return nil, err
 	}
 	return newTx(ctx, m, id, now), nil
+}
+
+// beginTime is the begin time a transaction's global id records: now, or,
+// when the clock reads earlier than the decision log's creation (it
+// stepped back since xactl log init), the creation time. Recovery leaves a
+// branch that began before its log was created alone forever (its decision
+// may be in an older log), so an id dated before the log would never be
+// presumed aborted. Dating it later is safe: its grace and its commit
+// deadline only start later (the fence decides the race, whatever the
+// clocks say); the transaction's own timeout still runs from now.
+func (m *Manager) beginTime(now time.Time) time.Time {
+	if created := m.ident.Created; now.Before(created) {
+		if m.clockBehind.CompareAndSwap(false, true) {
+			m.log.Warn("the clock reads earlier than the decision log's creation: transactions are dated at the log's creation",
+				"now", now, "log_created", created)
+		}
+		return created
+	}
+	return now
 }
 
 // Run runs fn in a new global transaction and commits it. If fn returns an

@@ -185,7 +185,7 @@ func TestInvalidXIDNothingSent(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	rm := openRM(t, closedPortDSN(t), func(c *Config) { c.SkipCheck = true })
+	rm := openRM(t, closedPortDSN(t), func(c *Config) { c.SkipCheck, c.Init = true, false })
 	bad := []xa.XID{
 		{FormatID: 1, Gtrid: []byte(strings.Repeat("g", 65))},
 		{FormatID: 1, Gtrid: []byte("g"), Bqual: []byte(strings.Repeat("q", 65))},

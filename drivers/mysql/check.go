@@ -132,6 +132,9 @@ func (rm *RM) Check(ctx context.Context) ([]xa.Finding, error) {
 	if err := rm.db.QueryRowContext(ctx, "SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)").Scan(&us); err != nil {
 		return fail(err)
 	}
+	if id, err := rm.Identity(); err == nil {
+		add("identity", id.String(), xa.SeverityOK, "")
+	}
 	fs = append(fs, xa.ClockFinding(time.UnixMicro(us), sent, time.Now()))
 	return fs, xa.CheckFindings(rm.name, fs)
 }

@@ -89,6 +89,7 @@ func TestCheckRestrictedUser(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, raw := setup(t)
+	openRM(t, db.DSN()) // the participant set up by an administrator, as xactl participant init does
 	user := fmt.Sprintf("xa_r%d", userSeq.Add(1))
 	mustExec(t, raw, fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY 'pw'", user))
 	t.Cleanup(func() { raw.Exec(fmt.Sprintf("DROP USER '%s'@'%%'", user)) })

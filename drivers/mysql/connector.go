@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/xadb/xa/xa"
 )
 
 // mysqlDriverConn is the method set of go-sql-driver's connection that
@@ -176,15 +178,28 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 	w := &drvConn{mysqlDriverConn: mc, rm: c.rm, dialed: dialed}
 	// One round trip on MariaDB; MySQL 8 has its status in
 	// performance_schema and takes a second one.
+	// The identity columns (identity.go) ride along.
+	idCols := c.rm.identityColumns()
 	sent := c.rm.now()
-	row, err := queryRow(ctx, mc, "SELECT CONNECTION_ID(), VERSION(), @@timestamp, ("+serverStartQuery(serverInfo{mariaDB: true})+")")
+	row, err := queryRow(ctx, mc, "SELECT CONNECTION_ID(), VERSION(), @@timestamp, ("+serverStartQuery(serverInfo{mariaDB: true})+")"+idCols)
 	got := c.rm.now()
-	if errNumber(err) != 0 {
+	if n := errNumber(err); n != 0 && n != erNoSuchTable {
 		sent = c.rm.now()
-		row, err = queryRow(ctx, mc, "SELECT CONNECTION_ID(), VERSION(), @@timestamp, ("+serverStartQuery(serverInfo{})+")")
+		row, err = queryRow(ctx, mc, "SELECT CONNECTION_ID(), VERSION(), @@timestamp, ("+serverStartQuery(serverInfo{})+")"+idCols)
 		got = c.rm.now()
 	}
+	if errNumber(err) == erNoSuchTable {
+		mc.Close()
+		want := c.rm.ident.Load()
+		return nil, &xa.IdentityError{Store: fmt.Sprintf("participant %q", c.rm.name), Expected: *want,
+			Why: "a new session reached a database without the participant's identity table: " + err.Error(),
+			Fix: "check the DSN (host, port, database) and restart"}
+	}
 	if err != nil {
+		mc.Close()
+		return nil, err
+	}
+	if err := c.rm.checkSessionIdentity(ctx, mc, row, 4); err != nil {
 		mc.Close()
 		return nil, err
 	}
@@ -229,12 +244,17 @@ func queryRow(ctx context.Context, c driver.QueryerContext, query string) ([]dri
 	dest := make([]driver.Value, len(rows.Columns()))
 	if err := rows.Next(dest); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("mysql: %s returned no row", query)
+			return nil, &noRowError{query: query}
 		}
 		return nil, err
 	}
 	return dest, nil
 }
+
+// noRowError: a query that should return a row returned none.
+type noRowError struct{ query string }
+
+func (e *noRowError) Error() string { return fmt.Sprintf("mysql: %s returned no row", e.query) }
 
 func asUint(v driver.Value) (uint64, error) {
 	switch x := v.(type) {

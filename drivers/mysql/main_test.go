@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 // openRM opens an RM on db with the start-up check, closed when t ends.
 func openRM(t testing.TB, dsn string, tweak ...func(*Config)) *RM {
 	t.Helper()
-	cfg := Config{Name: "mysql-test", DSN: dsn}
+	cfg := Config{Name: "mysql-test", DSN: dsn, Init: true}
 	if testing.Verbose() && os.Getenv("XA_TEST_LOG") != "" {
 		cfg.Logger = testLogger(t)
 	}

@@ -252,6 +252,7 @@ func TestPhase2PendingWithoutProcess(t *testing.T) {
 	raw := rawDB(t, db.DSN())
 	rollbackListedAtEnd(t, raw)
 	mustExec(t, raw, "CREATE TABLE kv (k INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
+	openRM(t, db.DSN()) // the participant set up by an administrator, as xactl participant init does
 	user := fmt.Sprintf("xa_np%d", userSeq.Add(1))
 	mustExec(t, raw, fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY 'pw'", user))
 	mustExec(t, raw, fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE ON %s.* TO '%s'@'%%'", db.Name, user))

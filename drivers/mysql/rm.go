@@ -29,8 +29,20 @@ type Config struct {
 	// Logger receives the RM's diagnostics; nil discards them.
 	Logger *slog.Logger
 	// SkipCheck makes Open neither ping the server nor run Check (Ping
-	// and Check can be called later).
+	// and Check can be called later). The participant's identity is then
+	// read by the first session the pool opens.
 	SkipCheck bool
+
+	// Init makes Open create the participant's identity (a one-row table
+	// of the DSN's database, see identity.go) when it is missing. It is
+	// the explicit act of setting a participant up (xactl participant
+	// init does the same): set it in the application that owns the
+	// database, never in recovery tools, which must find the store the
+	// decisions were made in rather than make a new one. Without it, a
+	// database without an identity (or a read-only server) is refused
+	// with an error matching xa.ErrIdentity, by Open or, with SkipCheck,
+	// by the first statement.
+	Init bool
 
 	// now replaces time.Now (tests: a clock far off).
 	now func() time.Time
@@ -65,6 +77,9 @@ type RM struct {
 	noProcess atomic.Int64
 	trx       *trxReadings // shared by every RM of this process on the same server and user
 	now       func() time.Time
+	// ident is the database's identity, read by the pool's first session;
+	// every later session is checked against it (identity.go).
+	ident atomic.Pointer[xa.StoreIdentity]
 }
 
 var _ xa.ResourceManager = (*RM)(nil)
@@ -120,6 +135,12 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 	rm.db.SetMaxIdleConns(n)
 	rm.side.SetMaxOpenConns(sidePoolSize)
 	rm.side.SetMaxIdleConns(1)
+	if cfg.Init {
+		if err := rm.initIdentity(ctx); err != nil {
+			rm.Close()
+			return nil, err
+		}
+	}
 	if cfg.SkipCheck {
 		return rm, nil
 	}
@@ -147,6 +168,9 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 // address) and how to fix it.
 func (rm *RM) Ping(ctx context.Context) error {
 	if err := rm.db.PingContext(ctx); err != nil {
+		if errors.Is(err, xa.ErrIdentity) {
+			return rm.rmError(opOpen, xa.XID{}, nil, err)
+		}
 		return rm.rmError(opOpen, xa.XID{}, xa.ErrConnect, err)
 	}
 	return nil

@@ -314,8 +314,11 @@ func (b *branch) CommitLast(ctx context.Context, rec xa.CommitRecord) error {
 		return b.err(opCommitLast, xa.ErrRolledBack, errors.New("the branch has no session: it ran no statement"))
 	}
 	pc := b.conn.Conn().PgConn()
-	q := fmt.Sprintf("INSERT INTO %s (gtrid, node, record) VALUES (%s, %s, decode('%x', 'hex')); COMMIT",
-		b.rm.decisions, quoteLiteral(rec.ID.String()), quoteLiteral(rec.ID.Node), payload)
+	// The COMMIT is the decision of the whole transaction: durable
+	// whatever synchronous_commit the session was left with (a SET LOCAL
+	// in the branch, the role's or the database's setting).
+	q := fmt.Sprintf("INSERT INTO %s (gtrid, node, record) VALUES (%s, %s, decode('%x', 'hex')); SELECT %s; COMMIT",
+		b.rm.decisions, quoteLiteral(rec.ID.String()), quoteLiteral(rec.ID.Node), payload, durableCommit)
 	if !b.begun && pc.TxStatus() == 'I' {
 		q = "BEGIN; " + q
 	}

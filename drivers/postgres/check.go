@@ -31,6 +31,15 @@ const minServerVersion = 120000
 //   - oldest prepared transaction in this database: Warn when one is
 //     older than ten minutes: prepared transactions keep their locks and
 //     hold back VACUUM (transaction id wraparound; fact 15);
+//   - durability: synchronous_commit as this role's sessions start (the
+//     server's, the database's and the role's settings), fsync and
+//     full_page_writes: Warn when a commit can be lost in a crash after
+//     it answered. The decisions this participant stores (last-resource
+//     commits, abort markers) force synchronous_commit themselves; the
+//     prepared branches and everything else do not, and fsync or
+//     full_page_writes off risk them all;
+//   - identity: the database's (and the decision table's), as Open read
+//     them;
 //   - clock skew between the server and this machine (xa.ClockFinding).
 //
 // The error is xa.CheckFindings' (wrapping xa.ErrMisconfigured) when a
@@ -124,6 +133,13 @@ func (rm *RM) Check(ctx context.Context) ([]xa.Finding, error) {
 			}
 		}
 	}
+	fs = append(fs, rm.durabilityFindings(ctx, c)...)
+	if id, err := rm.Identity(); err == nil {
+		add("identity", id.String(), xa.SeverityOK, "")
+	}
+	if rm.decisions != "" {
+		add("decision table", fmt.Sprintf("%s, identity %s", rm.decisionsText, rm.tableIdent.ID), xa.SeverityOK, "")
+	}
 	sent := time.Now()
 	var server time.Time
 	if err := c.QueryRow(ctx, "SELECT clock_timestamp()", pgx.QueryExecModeExec).Scan(&server); err != nil {
@@ -131,6 +147,41 @@ func (rm *RM) Check(ctx context.Context) ([]xa.Finding, error) {
 	}
 	fs = append(fs, xa.ClockFinding(server, sent, time.Now()))
 	return fs, xa.CheckFindings(rm.name, fs)
+}
+
+// durabilityFindings reports the settings under which a commit that
+// answered can be lost in a crash.
+func (rm *RM) durabilityFindings(ctx context.Context, c *pgx.Conn) []xa.Finding {
+	var sc, fsync, fpw string
+	err := c.QueryRow(ctx, "SELECT current_setting('synchronous_commit'), current_setting('fsync'), current_setting('full_page_writes')",
+		pgx.QueryExecModeExec).Scan(&sc, &fsync, &fpw)
+	if err != nil {
+		return []xa.Finding{{Name: "durability", Value: "not readable: " + err.Error(), Severity: xa.SeverityWarn,
+			Fix: "let the role read synchronous_commit, fsync and full_page_writes"}}
+	}
+	var fs []xa.Finding
+	switch sc {
+	case "off", "local":
+		fs = append(fs, xa.Finding{Name: "synchronous_commit", Value: sc, Severity: xa.SeverityWarn,
+			Fix: "a commit may answer before it is durable (off: before the WAL flush; local: before a synchronous standby has it): " +
+				"prepared branches and one-phase commits can be lost in a crash after they answered; xa forces it on for the decisions " +
+				"it stores, but set synchronous_commit = on for the role and database (ALTER ROLE/DATABASE ... RESET synchronous_commit) " +
+				"and in postgresql.conf"})
+	default:
+		fs = append(fs, xa.Finding{Name: "synchronous_commit", Value: sc, Severity: xa.SeverityOK})
+	}
+	for _, v := range []struct{ name, value, why string }{
+		{"fsync", fsync, "nothing is durable: a crash of the machine loses commits, prepared branches and decisions"},
+		{"full_page_writes", fpw, "a crash during a page write can corrupt data and prepared transactions"},
+	} {
+		if v.value == "off" {
+			fs = append(fs, xa.Finding{Name: v.name, Value: v.value, Severity: xa.SeverityWarn,
+				Fix: v.why + ": set " + v.name + " = on in postgresql.conf and reload"})
+		} else {
+			fs = append(fs, xa.Finding{Name: v.name, Value: v.value, Severity: xa.SeverityOK})
+		}
+	}
+	return fs
 }
 
 func deref(s *string) string {

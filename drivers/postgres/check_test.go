@@ -46,7 +46,7 @@ func TestCheck(t *testing.T) {
 	}
 
 	var log bytes.Buffer
-	rm2, err := Open(ctx, Config{Name: "pg", DSN: db.DSN(), MaxConns: 1000, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	rm2, err := Open(ctx, Config{Name: "pg", DSN: db.DSN(), MaxConns: 1000, Init: true, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,39 +65,60 @@ func tableIdent(table string) (string, error) {
 	return pgx.Identifier(parts).Sanitize(), nil
 }
 
-// openDecisionTable creates the decision table if it is missing, or adds
-// the column "aborted" to one created by an earlier version. A table that
-// is already up to date costs one query and no lock: ALTER TABLE would
-// take an exclusive lock even when it has nothing to do, and queue every
-// last-resource commit behind any commit in flight.
-func (rm *RM) openDecisionTable(ctx context.Context, table string) error {
+// openDecisionTable finds the decision table (creating it and its
+// identity row first when init is set), resolves its name to the schema
+// it is in, adds the column "aborted" to one created by an earlier
+// version, and reads its identity. A table that is up to date costs two
+// queries and no lock: ALTER TABLE would take an exclusive lock even when
+// it has nothing to do, and queue every last-resource commit behind any
+// commit in flight.
+func (rm *RM) openDecisionTable(ctx context.Context, table string, init bool) error {
 	ddl, err := DecisionTableDDL(table)
 	if err != nil {
 		return err
 	}
-	id, _ := tableIdent(table)
-	var exists, migrated bool
-	err = rm.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
-		EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'aborted' AND NOT attisdropped)`,
-		id).Scan(&exists, &migrated)
+	quoted, text, exists, err := rm.qualified(ctx, table)
 	if err != nil {
-		return fmt.Errorf("decision table %s: %w", id, err)
+		return fmt.Errorf("decision table %s: %w", table, err)
 	}
-	switch {
-	case !exists:
+	if !exists {
+		if !init {
+			return &xa.IdentityError{Store: fmt.Sprintf("decision table of participant %q", rm.name),
+				Why: fmt.Sprintf("no table %s on the role's search_path: recovery never creates one (a new, empty table would say "+
+					"\"no decision\" for transactions decided in the real one)", table),
+				Fix: "connect as the role the participant was set up with, or give decision_table schema-qualified; " +
+					"to set a new participant up: xactl participant init"}
+		}
 		if _, err := rm.pool.Exec(ctx, ddl); err != nil {
 			return fmt.Errorf("%w (create it as a user who may: %s)", err, ddl)
 		}
-		// A table created concurrently by an earlier version lacks the
-		// column.
-		fallthrough
-	case !migrated:
-		alter := addAbortedDDL(id)
+		if quoted, text, _, err = rm.qualified(ctx, table); err != nil {
+			return fmt.Errorf("decision table %s: %w", table, err)
+		}
+	}
+	var migrated bool
+	err = rm.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'aborted' AND NOT attisdropped)`,
+		quoted).Scan(&migrated)
+	if err != nil {
+		return fmt.Errorf("decision table %s: %w", text, err)
+	}
+	if !migrated {
+		// A table created by an earlier version, or concurrently by one.
+		alter := addAbortedDDL(quoted)
 		if _, err := rm.pool.Exec(ctx, alter); err != nil {
 			return fmt.Errorf("%w (add the column as a user who may: %s)", err, alter)
 		}
 	}
-	rm.decisions = id
+	if init {
+		if err := rm.initTableIdentity(ctx, quoted); err != nil {
+			return fmt.Errorf("decision table %s: writing its identity: %w", text, err)
+		}
+	}
+	id, err := rm.readTableIdentity(ctx, quoted, text)
+	if err != nil {
+		return err
+	}
+	rm.decisions, rm.decisionsText, rm.tableIdent = quoted, text, id
 	return nil
 }
 
@@ -117,7 +138,7 @@ func (rm *RM) Decisions(ctx context.Context) ([]xa.CommitRecord, error) {
 	if rm.decisions == "" {
 		return nil, nil
 	}
-	rows, err := rm.pool.Query(ctx, "SELECT gtrid, record FROM "+rm.decisions+" WHERE NOT aborted ORDER BY logged")
+	rows, err := rm.pool.Query(ctx, "SELECT gtrid, record FROM "+rm.decisions+" WHERE NOT aborted AND gtrid <> $1 ORDER BY logged", identityKey)
 	if err != nil {
 		return nil, rm.xaErr(opRecover, xa.XID{}, err)
 	}
@@ -212,9 +233,11 @@ func (rm *RM) ClaimAbort(ctx context.Context, id xa.GlobalID, reason string) err
 	// ForgetAborts) sends us round again.
 	for range 3 {
 		var inserted bool
+		// The marker is a fence: durable whatever synchronous_commit the
+		// role, database or a pooled session left (durableCommit).
 		err := rm.pool.QueryRow(ctx, "WITH ins AS (INSERT INTO "+rm.decisions+" (gtrid, node, record, aborted) VALUES ($1, $2, $3, true) "+
-			"ON CONFLICT (gtrid) DO NOTHING RETURNING 1) SELECT count(*) > 0 FROM ins",
-			id.String(), id.Node, payload).Scan(&inserted)
+			"ON CONFLICT (gtrid) DO NOTHING RETURNING 1) SELECT (SELECT count(*) FROM ins) > 0, "+durableCommit,
+			id.String(), id.Node, payload).Scan(&inserted, nil)
 		if err != nil {
 			return rm.xaErr(opClaimAbort, x, err)
 		}
@@ -239,6 +262,19 @@ func (rm *RM) ClaimAbort(ctx context.Context, id xa.GlobalID, reason string) err
 	return rm.kindErr(opClaimAbort, x, xa.ErrRetryable,
 		fmt.Errorf("a row of the transaction in %s kept vanishing between the insert and the read", rm.decisions))
 }
+
+// durableCommit is an expression that makes the transaction it runs in
+// commit durably whatever synchronous_commit the role, the database or the
+// session says: off and local (no wait for the WAL flush, or for a
+// synchronous standby) become on; on, remote_write and remote_apply stay.
+// PostgreSQL reads the setting when the transaction commits, so it may be
+// evaluated anywhere in the transaction's last statement, or in the
+// implicit transaction of a single statement. Every statement that is a
+// decision or a fence carries it: a decision that a crash can lose after
+// it answered would let recovery presume abort of a transaction whose
+// other branches committed on its strength.
+const durableCommit = "set_config('synchronous_commit', CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') " +
+	"THEN 'on' ELSE current_setting('synchronous_commit') END, true)"
 
 // abortMarker encodes the record of an abort marker.
 func abortMarker(id xa.GlobalID, reason string, now time.Time) ([]byte, error) {

@@ -34,7 +34,7 @@ var slowCommitDDL = []string{
 // dsn, closed when t ends.
 func openLast(t testing.TB, dsn string) *RM {
 	t.Helper()
-	rm, err := Open(testCtx(t), Config{Name: "pg", DSN: dsn, MaxConns: 8, DecisionTable: "xa_decisions"})
+	rm, err := Open(testCtx(t), Config{Name: "pg", DSN: dsn, MaxConns: 8, DecisionTable: "xa_decisions", Init: true})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -384,7 +384,7 @@ func TestDecisionTableMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	open := func(ctx context.Context) (*RM, error) {
-		rm, err := Open(ctx, Config{Name: "pg", DSN: db.DSN(), MaxConns: 4, DecisionTable: "ops.xa_decisions", SkipCheck: true})
+		rm, err := Open(ctx, Config{Name: "pg", DSN: db.DSN(), MaxConns: 4, DecisionTable: "ops.xa_decisions", SkipCheck: true, Init: true})
 		if err == nil {
 			t.Cleanup(rm.Close)
 		}

@@ -22,12 +22,12 @@ func TestCommitLast(t *testing.T) {
 	if err := db.Server.Exec(ctx, db.Name, "CREATE TABLE kv (k INT PRIMARY KEY, v INT)"); err != nil {
 		t.Fatal(err)
 	}
-	rm, err := Open(ctx, Config{Name: "pg", DSN: db.DSN(), DecisionTable: "ops_decisions"})
+	rm, err := Open(ctx, Config{Name: "pg", DSN: db.DSN(), DecisionTable: "ops_decisions", Init: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rm.Close()
-	plain, err := Open(ctx, Config{Name: "pg", DSN: db.DSN()})
+	plain, err := Open(ctx, Config{Name: "pg", DSN: db.DSN(), Init: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestCommitLastLostReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, dsn := newProxy(t, db.DSN())
-	rm, err := Open(ctx, Config{Name: "pg", DSN: dsn, DecisionTable: "xa_decisions"})
+	rm, err := Open(ctx, Config{Name: "pg", DSN: dsn, DecisionTable: "xa_decisions", Init: true})
 	if err != nil {
 		t.Fatal(err)
 	}

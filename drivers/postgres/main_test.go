@@ -38,7 +38,7 @@ func testCtx(t testing.TB) context.Context {
 // openRM opens a resource manager on dsn, closed when t ends.
 func openRM(t testing.TB, dsn string) *RM {
 	t.Helper()
-	rm, err := Open(testCtx(t), Config{Name: "pg", DSN: dsn, MaxConns: 8})
+	rm, err := Open(testCtx(t), Config{Name: "pg", DSN: dsn, MaxConns: 8, Init: true})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

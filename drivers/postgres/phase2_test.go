@@ -53,7 +53,7 @@ func TestPhase2OtherRole(t *testing.T) {
 		db.Server.Exec(ctx, db.Name, "DROP OWNED BY "+alice+", "+bob) //nolint:errcheck
 		db.Server.Exec(ctx, "", "DROP ROLE "+alice+", "+bob)          //nolint:errcheck
 	})
-	mustExec(t, db, "GRANT ALL ON kv TO "+alice+", "+bob)
+	mustExec(t, db, "GRANT ALL ON kv TO "+alice+", "+bob, "GRANT SELECT ON xa_participant TO "+alice+", "+bob)
 	as := func(role string) *RM {
 		u, err := url.Parse(db.DSN())
 		if err != nil {
@@ -208,7 +208,7 @@ func TestPreparedTransactionsDisabled(t *testing.T) {
 	mustExec(t, db, "CREATE TABLE kv (k INT PRIMARY KEY, v INT NOT NULL)")
 	ctx := testCtx(t)
 
-	_, err := Open(ctx, Config{Name: "pg", DSN: db.DSN()})
+	_, err := Open(ctx, Config{Name: "pg", DSN: db.DSN(), Init: true})
 	if !errors.Is(err, xa.ErrMisconfigured) {
 		t.Fatalf("Open = %v, want ErrMisconfigured", err)
 	}
@@ -235,7 +235,7 @@ func TestPreparedTransactionsDisabled(t *testing.T) {
 
 	// On this private server, a role that may not read pg_prepared_xacts:
 	// the check fails and Recover is ErrMisconfigured (42501).
-	if err := srv.Exec(ctx, db.Name, "CREATE ROLE carol LOGIN", "REVOKE SELECT ON pg_catalog.pg_prepared_xacts FROM PUBLIC"); err != nil {
+	if err := srv.Exec(ctx, db.Name, "CREATE ROLE carol LOGIN", "GRANT SELECT ON xa_participant TO carol", "REVOKE SELECT ON pg_catalog.pg_prepared_xacts FROM PUBLIC"); err != nil {
 		t.Fatal(err)
 	}
 	u, err := url.Parse(db.DSN())

@@ -161,7 +161,7 @@ func TestPreparedSurvives(t *testing.T) {
 	mustExec(t, db, "CREATE TABLE kv (k INT PRIMARY KEY, v INT NOT NULL)")
 	ctx := testCtx(t)
 	prepareOne := func(k int) xa.XID {
-		rm, err := Open(ctx, Config{Name: "pg", DSN: db.DSN()})
+		rm, err := Open(ctx, Config{Name: "pg", DSN: db.DSN(), Init: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,13 +53,38 @@ type Config struct {
 	// (xa.LastResource) by committing their own work in one phase
 	// together with a row of this table, so the coordinator neither
 	// prepares this branch nor writes its decision log — one fsync and
-	// one round trip fewer. Open creates the table if it is missing
-	// (see DecisionTableDDL) and adds the column "aborted" to a table
-	// created by an earlier version. Recovery reads and prunes the
+	// one round trip fewer. The table must exist with its identity row
+	// (Init makes both; see DecisionTableDDL); a table of an earlier
+	// version gets the column "aborted". Recovery reads and prunes the
 	// commit rows and fences commits with abort markers in the same
 	// table (recovery.DecisionStore). Empty: off. A plain or
-	// schema-qualified name, e.g. "xa_decisions" or "ops.xa_decisions".
+	// schema-qualified name, e.g. "xa_decisions" or "ops.xa_decisions";
+	// a plain one is resolved through the role's search_path once, at
+	// Open, and used schema-qualified from then on.
 	DecisionTable string
+
+	// IdentityTable is the table that holds the database's identity
+	// (xa.Identified; see identity.go); empty: DefaultIdentityTable. A
+	// plain name is resolved through the role's search_path at Open.
+	IdentityTable string
+
+	// Init makes Open create what the participant needs in its database
+	// when it is missing: the identity table and its row, and the
+	// decision table (DecisionTable) with its identity row. It is the
+	// explicit act of setting a participant up (xactl participant init
+	// does the same): set it in the application that owns the database,
+	// never in recovery tools, which must find the stores the decisions
+	// were made in rather than make new ones. Without it, Open fails with
+	// an error matching xa.ErrIdentity when the database has no identity
+	// (or is a copy, or a standby), and with one matching
+	// xa.ErrMisconfigured when the decision table is missing.
+	Init bool
+
+	// Adopt re-anchors the identity row to the database that answers
+	// before it is read, keeping its id (AdoptIdentity): for the same data
+	// moved to a new cluster by pg_upgrade, which changes the system
+	// identifier. Never for a copy meant to be a participant of its own.
+	Adopt bool
 }
 
 // RM is a PostgreSQL resource manager: it implements xa.ResourceManager
@@ -77,9 +102,18 @@ type RM struct {
 	// transaction.
 	oldPrepared time.Duration
 
-	// decisions is the quoted decision table, "" when this participant
-	// is no last resource.
-	decisions string
+	// decisions is the quoted, schema-qualified decision table, "" when
+	// this participant is no last resource; decisionsText the same as
+	// text, and tableIdent its identity.
+	decisions     string
+	decisionsText string
+	tableIdent    xa.StoreIdentity
+
+	// ident is the database's identity, read at Open; identTable the
+	// quoted, schema-qualified table it is in. Sessions opened later are
+	// checked against it (checkSession).
+	ident      atomic.Pointer[xa.StoreIdentity]
+	identTable string
 }
 
 var _ xa.ResourceManager = (*RM)(nil)
@@ -113,6 +147,8 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	rm := &RM{name: cfg.Name, log: log.With("rm", cfg.Name), oldPrepared: 10 * time.Minute, live: map[*branch]struct{}{}}
+	pc.AfterConnect = rm.checkSession
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Err: err}
@@ -124,12 +160,41 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 			What: fmt.Sprintf("%s as %q at %s:%d, database %q", what, pc.ConnConfig.User, pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database),
 			Fix:  fix, Err: err}}
 	}
-	rm := &RM{name: cfg.Name, pool: pool, log: log.With("rm", cfg.Name), oldPrepared: 10 * time.Minute,
-		live: map[*branch]struct{}{}}
-	if cfg.DecisionTable != "" {
-		if err := rm.openDecisionTable(ctx, cfg.DecisionTable); err != nil {
+	rm.pool = pool
+	identTable := cfg.IdentityTable
+	if identTable == "" {
+		identTable = DefaultIdentityTable
+	}
+	if cfg.Init {
+		if err := rm.initIdentity(ctx, identTable); err != nil {
 			pool.Close()
 			return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Kind: xa.ErrMisconfigured, Err: err}
+		}
+	}
+	if cfg.Adopt {
+		if err := rm.adoptIdentity(ctx, identTable); err != nil {
+			pool.Close()
+			return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Kind: xa.ErrMisconfigured, Err: err}
+		}
+	}
+	id, err := rm.readIdentity(ctx, identTable)
+	if err != nil {
+		pool.Close()
+		kind := xa.ErrMisconfigured
+		if errors.Is(err, xa.ErrIdentity) {
+			kind = nil
+		}
+		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Kind: kind, Err: err}
+	}
+	rm.ident.Store(&id)
+	if cfg.DecisionTable != "" {
+		if err := rm.openDecisionTable(ctx, cfg.DecisionTable, cfg.Init); err != nil {
+			pool.Close()
+			kind := xa.ErrMisconfigured
+			if errors.Is(err, xa.ErrIdentity) {
+				kind = nil
+			}
+			return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Kind: kind, Err: err}
 		}
 	}
 	if !cfg.SkipCheck {

@@ -19,6 +19,7 @@ func openRMWith(t testing.TB, cfg Config) *RM {
 	if cfg.Name == "" {
 		cfg.Name = "pg"
 	}
+	cfg.Init = true
 	rm, err := Open(testCtx(t), cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -648,7 +649,7 @@ func TestRMCloseWithActiveBranches(t *testing.T) {
 	t.Parallel()
 	db, _ := setup(t)
 	ctx := testCtx(t)
-	rm, err := Open(ctx, Config{Name: "pg", DSN: db.DSN()})
+	rm, err := Open(ctx, Config{Name: "pg", DSN: db.DSN(), Init: true})
 	if err != nil {
 		t.Fatal(err)
 	}

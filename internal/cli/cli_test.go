@@ -247,10 +247,10 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	var err error
-	if e.myRM, err = xamysql.Open(ctx, xamysql.Config{Name: myName, DSN: e.my.DSN()}); err != nil {
+	if e.myRM, err = xamysql.Open(ctx, xamysql.Config{Name: myName, DSN: e.my.DSN(), Init: true}); err != nil {
 		t.Fatal(err)
 	}
-	if e.pgRM, err = xapg.Open(ctx, xapg.Config{Name: pgName, DSN: e.pg.DSN()}); err != nil {
+	if e.pgRM, err = xapg.Open(ctx, xapg.Config{Name: pgName, DSN: e.pg.DSN(), Init: true}); err != nil {
 		e.myRM.Close()
 		t.Fatal(err)
 	}

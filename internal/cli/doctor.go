@@ -128,6 +128,10 @@ func doctorParticipant(ctx context.Context, pc config.Participant, grace time.Du
 		return []xa.Finding{{Name: name, Value: value, Severity: xa.SeverityFail, Fix: fix}}
 	}
 	p, err := openParticipant(ctx, pc, g.logger())
+	var ie *xa.IdentityError
+	if errors.As(err, &ie) {
+		return fail("identity", strings.TrimPrefix(ie.Error(), "xa: "), ie.Fix)
+	}
 	if err != nil {
 		fix := "check the DSN, that the server runs and that this host may connect"
 		var ce *xa.ConnectError
@@ -255,7 +259,8 @@ func doctorLog(ctx context.Context, c *config.Config, g *globals) ([]xa.Finding,
 	aborts, err2 := log.Aborts(ctx)
 	hs, err3 := log.Heuristics(ctx)
 	ds, err4 := log.Delegations(ctx)
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	recorded, err5 := log.Participants(ctx)
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return append(fs, xa.Finding{Name: "records", Value: err.Error(), Severity: xa.SeverityFail, Fix: "see xactl log verify"}), ident
 	}
 	fs = append(fs, xa.Finding{Name: "records", Value: fmt.Sprintf("%s, %s", plural(len(commits), "live commit record"), plural(len(aborts), "abort record")), Severity: xa.SeverityOK})
@@ -264,8 +269,20 @@ func doctorLog(ctx context.Context, c *config.Config, g *globals) ([]xa.Finding,
 		hf.Severity, hf.Fix = xa.SeverityWarn, "branches were resolved otherwise than by the protocol: review them with xactl heuristic list, then xactl heuristic clear"
 	}
 	fs = append(fs, hf)
+	for _, r := range recorded {
+		f := xa.Finding{Name: "participant identity", Value: fmt.Sprintf("%s is the database %s", r.Name, r.Identity), Severity: xa.SeverityOK}
+		if _, ok := c.Participant(r.Name); !ok {
+			f.Value += ", which is not configured"
+			f.Severity = xa.SeverityWarn
+			f.Fix = fmt.Sprintf("records naming participant %s are kept until it is configured (with a DSN reaching that database)", r.Name)
+		}
+		fs = append(fs, f)
+	}
 	for _, d := range ds {
 		f := xa.Finding{Name: "delegation", Value: fmt.Sprintf("decisions may be in participant %s's decision table", d.Participant), Severity: xa.SeverityOK}
+		if d.TableID != "" {
+			f.Value = fmt.Sprintf("decisions may be in participant %s's decision table %s (identity %s)", d.Participant, d.Table, d.TableID)
+		}
 		if p, ok := c.Participant(d.Participant); !ok || p.DecisionTable == "" {
 			f.Value += ", which is not configured"
 			f.Severity = xa.SeverityFail
@@ -321,6 +338,16 @@ func doctorPlan(ctx context.Context, c *config.Config, g *globals) []xa.Finding 
 		return fail(err)
 	}
 	var fs []xa.Finding
+	for _, name := range slices.Sorted(maps.Keys(rep.Mismatched)) {
+		err := rep.Mismatched[name]
+		f := xa.Finding{Name: "identity of " + name, Value: strings.TrimPrefix(err.Error(), "xa: "), Severity: xa.SeverityFail,
+			Fix: "recovery does nothing on it and keeps every record naming it: point the configuration at the store the decision log recorded"}
+		var ie *xa.IdentityError
+		if errors.As(err, &ie) && ie.Fix != "" {
+			f.Fix = ie.Fix
+		}
+		fs = append(fs, f)
+	}
 	for _, a := range verdictAdvice {
 		n, example := 0, ""
 		for _, b := range rep.Branches {

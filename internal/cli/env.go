@@ -78,10 +78,19 @@ func openParticipants(ctx context.Context, c *config.Config, log *slog.Logger) *
 }
 
 func openParticipant(ctx context.Context, pc config.Participant, log *slog.Logger) (*participant, error) {
+	return openParticipantWith(ctx, pc, log, drivers.Options{})
+}
+
+// openParticipantWith opens a participant with extra options (Init, for
+// xactl participant init: never for recovery, which must find the stores
+// the decisions were made in, not make new ones).
+func openParticipantWith(ctx context.Context, pc config.Participant, log *slog.Logger, extra drivers.Options) (*participant, error) {
 	// Without the check (see openParticipants), but connected: a wrong
-	// address, user or password fails here, as xa.ErrConnect.
+	// address, user or password fails here, as xa.ErrConnect; a database
+	// without the participant's identity, as xa.ErrIdentity.
 	p, err := drivers.Open(ctx, pc.Driver, drivers.Options{Name: pc.Name, DSN: pc.DSN, MaxConns: pc.MaxConns,
-		DecisionTable: pc.DecisionTable, Logger: log, SkipCheck: true})
+		DecisionTable: pc.DecisionTable, IdentityTable: pc.IdentityTable, Logger: log, SkipCheck: true,
+		Init: extra.Init, Adopt: extra.Adopt})
 	if err != nil {
 		return nil, explainConnErr(err)
 	}

@@ -139,6 +139,8 @@ func TestResolveSharedServer(t *testing.T) {
 	// Keep participants together: the recovery section must come last.
 	text = strings.Replace(text, "recovery:\n  grace: 10m\n", "", 1) + "recovery:\n  grace: 10m\n"
 	cfg := e.writeConfig("shared.yaml", text)
+	// maria2 is set up as an operator would: it gets its identity.
+	e.runWith(cfg, "participant", "init", "maria2").want(t, 0)
 	logged := e.prepare(1)
 	e.logCommit(logged.record())
 	e.waitDetached(logged)

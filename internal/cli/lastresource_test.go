@@ -19,7 +19,7 @@ func TestLastResourceDecision(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const table = "xa_decisions"
-	pgLast, err := xapg.Open(e.ctx, xapg.Config{Name: pgName, DSN: e.pg.DSN(), DecisionTable: table})
+	pgLast, err := xapg.Open(e.ctx, xapg.Config{Name: pgName, DSN: e.pg.DSN(), DecisionTable: table, Init: true})
 	if err != nil {
 		t.Fatal(err)
 	}

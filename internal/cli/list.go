@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -131,6 +132,9 @@ func viewBranches(rep recovery.Report, grace time.Duration, heur map[string]xa.H
 type unlistedView struct {
 	Participant string `json:"participant"`
 	Error       string `json:"error"`
+	// Identity: not the store the decision log recorded under the name,
+	// or one without an identity (xa.ErrIdentity).
+	Identity bool `json:"identity_mismatch,omitempty"`
 }
 
 // unlisted returns the configured participants the scan did not list, with
@@ -144,12 +148,42 @@ func unlisted(ps *participants, rep recovery.Report) []unlistedView {
 		v := unlistedView{Participant: name, Error: "could not be listed (see the errors)"}
 		if err := ps.unreachable[name]; err != nil {
 			v.Error = "could not be opened: " + err.Error()
+			v.Identity = errors.Is(err, xa.ErrIdentity)
+		} else if err := rep.Mismatched[name]; err != nil {
+			v.Error = "not listed, nothing done: " + err.Error()
+			v.Identity = true
 		} else if err := rep.Unlisted[name]; err != nil {
 			v.Error = "could not be listed: " + explainAll([]error{err})[0].Error()
 		}
 		out = append(out, v)
 	}
 	return out
+}
+
+// identityExit is the error of list and recover when every participant
+// was listed but some participant or decision table is not the store the
+// decision log recorded under its name (or has no identity): exit code 3,
+// an anomaly that blocks recovery there until the configuration is fixed.
+// nil when there is none, or when another participant could not be listed
+// at all (exit code 1 then).
+func identityExit(missing []unlistedView, rep recovery.Report) error {
+	n := 0
+	for _, u := range missing {
+		if !u.Identity {
+			return nil
+		}
+		n++
+	}
+	for name := range rep.Mismatched {
+		if !slices.ContainsFunc(missing, func(u unlistedView) bool { return u.Participant == name }) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return &exitError{code: ExitInDoubt, err: fmt.Errorf("the identity of %d configured participant(s) or decision table(s) is not the one the decision log "+
+		"recorded under that name (see above): nothing was done there, no record naming them was forgotten, and presumed abort waits; fix the configuration", n)}
 }
 
 // printBranches prints the branch table, the reasons of branches left
@@ -380,6 +414,9 @@ listed: nothing is known about its branches.`,
 			// Participants that could not be opened are in the listing's
 			// own words already.
 			g.out.errors(errStrings(explainAll(rep.Errors)))
+			if err := identityExit(v.Unlisted, rep); err != nil {
+				return err
+			}
 			switch {
 			case len(v.Unlisted) > 0:
 				return &exitError{code: ExitError, err: fmt.Errorf("%d of %d participants could not be listed: nothing is known about their prepared branches",

@@ -164,6 +164,12 @@ func viewEntry(e filelog.Entry) entryView {
 	case filelog.RecordDelegation:
 		v.Time = ts(e.Delegation.Logged)
 		v.Detail = map[string]string{"participant": e.Delegation.Participant}
+		if e.Delegation.TableID != "" {
+			v.Detail["table"], v.Detail["table_identity"] = e.Delegation.Table, e.Delegation.TableID
+		}
+	case filelog.RecordParticipant:
+		v.Time = ts(e.Participant.Logged)
+		v.Detail = map[string]string{"participant": e.Participant.Name, "identity": e.Participant.Identity.ID, "where": e.Participant.Identity.Where}
 	case filelog.RecordHeuristic:
 		h := e.Heuristic
 		v.XID, v.Time = h.XID.String(), ts(h.Time)
@@ -188,7 +194,12 @@ func (v entryView) detailText() string {
 	case "abort":
 		return d["reason"]
 	case "delegation":
+		if d["table"] != "" {
+			return fmt.Sprintf("decisions may be in participant %s's decision table %s (identity %s)", d["participant"], d["table"], d["table_identity"])
+		}
 		return "decisions may be in participant " + d["participant"] + "'s decision table"
+	case "participant":
+		return fmt.Sprintf("participant %s is the database with identity %s (%s)", d["participant"], d["identity"], d["where"])
 	case "heuristic":
 		forced := ""
 		if d["forced"] == "true" {
@@ -336,7 +347,7 @@ found.`,
 			v := verifyView{
 				Dir: rep.Dir, Identity: viewIdentity(rep.Identity), InUse: rep.InUse, Segments: len(rep.Segments),
 				Records: map[string]int{"commit": rc.Commit, "forget": rc.Forget, "heuristic": rc.Heuristic, "clear": rc.Clear,
-					"abort": rc.Abort, "forget-abort": rc.ForgetAbort, "delegation": rc.Delegation, "link": rc.Link},
+					"abort": rc.Abort, "forget-abort": rc.ForgetAbort, "delegation": rc.Delegation, "participant": rc.Participant, "link": rc.Link},
 				LiveCommits: rep.LiveCommits, LiveAborts: rep.LiveAborts, Delegations: rep.Delegations, LiveHeuristics: rep.LiveHeuristics,
 				Corruption: []string{}, OK: len(rep.Corruption) == 0,
 			}
@@ -349,8 +360,8 @@ found.`,
 			err = g.out.result(v, func(w io.Writer) {
 				fmt.Fprintf(w, "decision log in %s\n", v.Dir)
 				fmt.Fprintf(w, "identity: %s\n", v.Identity.text())
-				fmt.Fprintf(w, "%s; records: %d commit, %d forget, %d heuristic, %d clear, %d abort, %d forget-abort, %d delegation, %d link\n",
-					plural(v.Segments, "segment"), rc.Commit, rc.Forget, rc.Heuristic, rc.Clear, rc.Abort, rc.ForgetAbort, rc.Delegation, rc.Link)
+				fmt.Fprintf(w, "%s; records: %d commit, %d forget, %d heuristic, %d clear, %d abort, %d forget-abort, %d delegation, %d participant, %d link\n",
+					plural(v.Segments, "segment"), rc.Commit, rc.Forget, rc.Heuristic, rc.Clear, rc.Abort, rc.ForgetAbort, rc.Delegation, rc.Participant, rc.Link)
 				fmt.Fprintf(w, "live: %d commit, %d abort, %d heuristic, %d delegation\n", v.LiveCommits, v.LiveAborts, v.LiveHeuristics, v.Delegations)
 				if v.InUse {
 					fmt.Fprintln(w, "note: a transaction manager has the log open; a torn tail may be a write in progress")

@@ -107,6 +107,9 @@ there may be in doubt); 1 when a participant could not be listed.`,
 					return err
 				}
 				g.out.errors(errStrings(explainAll(rep.Errors)))
+				if err := identityExit(v.Unlisted, rep); err != nil {
+					return err
+				}
 				switch {
 				case len(v.Unlisted) > 0:
 					return &exitError{code: ExitError, err: fmt.Errorf("%d of %d participants could not be listed: nothing is known about their prepared branches",

@@ -208,7 +208,7 @@ status: branches its restore will not resolve by itself).`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: ExitUsage, err: err} })
 
 	root.AddCommand(newList(g), newRecover(g), newResolve(g, true), newResolve(g, false),
-		newLog(g), newHeuristic(g), newDoctor(g), newSink(g), newVersion(g))
+		newLog(g), newParticipant(g), newHeuristic(g), newDoctor(g), newSink(g), newVersion(g))
 	usageArgs(root)
 	return root
 }

@@ -113,7 +113,8 @@ xa_sink_generations in the sink's progress target (progress:, default its
 first target) where they are missing, and bind each target to the progress
 target: a row of xa_sink_bindings in the target (the table is created
 there) and its copy in the progress target, each with an identity made
-now. Every instance start and restore checks them, so that the sink trusts
+now; and give every target its participant identity where it has none (as
+xactl participant init does). Every instance start and restore checks them, so that the sink trusts
 decisions only from the progress store that made them and resolves
 branches only on the databases it wrote to: a target or progress target
 whose DSN now reaches another database is refused (sink run and sink
@@ -153,6 +154,12 @@ configured and lists a prepared branch of the sink).`,
 			// = 0), with the same message, before anything is created.
 			cfg := c.SinkConfig(sc)
 			cfg.Logger = g.sinkLogger()
+			// Setting the sink up is the explicit act that gives its
+			// targets their identities where they have none (as xactl
+			// participant init does); sink run never makes one.
+			for i := range cfg.Targets {
+				cfg.Targets[i].Init = true
+			}
 			s, err := sink.Open(ctx, cfg)
 			if err != nil {
 				return fmt.Errorf("sink %s: %w", sc.Name, err)
@@ -168,7 +175,7 @@ configured and lists a prepared branch of the sink).`,
 			}
 			bound, err := s.Bind(ctx)
 			if err != nil {
-				return identityExit(fmt.Errorf("sink %s: binding its targets to its progress target %s: %w", sc.Name, sc.Progress, err))
+				return sinkIdentityExit(fmt.Errorf("sink %s: binding its targets to its progress target %s: %w", sc.Name, sc.Progress, err))
 			}
 			v.Bound, v.Kept = bound.Bound, bound.Kept
 			for _, r := range bound.Removed {
@@ -252,10 +259,10 @@ func forgetSinkTarget(ctx context.Context, c *config.Config, sc config.Sink, s *
 	return nil
 }
 
-// identityExit gives an identity error (a store answered under a name
+// sinkIdentityExit gives an identity error (a store answered under a name
 // with another identity than the one recorded) the exit code 3, as
 // xactl does for what is left in doubt.
-func identityExit(err error) error {
+func sinkIdentityExit(err error) error {
 	if errors.Is(err, xa.ErrIdentity) {
 		return &exitError{code: ExitInDoubt, err: err}
 	}
@@ -310,7 +317,7 @@ the configuration.`,
 			s, err := sink.Open(openCtx, cfg)
 			cancel()
 			if err != nil {
-				return fmt.Errorf("sink %s: %w", sc.Name, err)
+				return sinkIdentityExit(fmt.Errorf("sink %s: %w", sc.Name, err))
 			}
 			defer s.Close()
 			src, err := openSource(sc, logger)
@@ -405,7 +412,7 @@ the configuration.`,
 				return err
 			}
 			if runErr != nil && !interrupted {
-				return identityExit(fmt.Errorf("sink %s stopped: %w%s", sc.Name, runErr, runHint(runErr, sc.Name)))
+				return sinkIdentityExit(fmt.Errorf("sink %s stopped: %w%s", sc.Name, runErr, runHint(runErr, sc.Name)))
 			}
 			return nil
 		},

@@ -268,7 +268,7 @@ func (o *blockAtPrepare) PendingChanged(n int) {
 func (e *sinkEnv) sinkAPIConfig(grace time.Duration) sink.Config {
 	cols := []sink.Column{{Name: "body", From: "$"}, {Name: "id", From: "$.id"}, {Name: "p", From: "partition"}, {Name: "seq", From: "$.seq"}}
 	return sink.Config{Name: e.name, Progress: myName, RestoreGrace: grace,
-		Targets: []sink.TargetConfig{{Name: myName, Driver: "mysql", DSN: e.my.DSN()}, {Name: pgName, Driver: "postgres", DSN: e.pg.DSN()}},
+		Targets: []sink.TargetConfig{{Name: myName, Driver: "mysql", DSN: e.my.DSN(), Init: true}, {Name: pgName, Driver: "postgres", DSN: e.pg.DSN(), Init: true}},
 		Tables:  []sink.Table{{ID: "my", Target: myName, Name: "events", Columns: cols}, {ID: "pg", Target: pgName, Name: "events", Columns: cols}}}
 }
 
@@ -895,7 +895,7 @@ func TestSinkPreparedTransactionsDisabled(t *testing.T) {
 		}
 		t.Logf("sink %s: %s", cmd, r.stderr)
 	}
-	got, err := sink.TablesExist(e.ctx, sink.TargetConfig{Name: myName, Driver: sink.DriverMySQL, DSN: e.my.DSN()}, sink.Tables())
+	got, err := sink.TablesExist(e.ctx, sink.TargetConfig{Name: myName, Driver: sink.DriverMySQL, DSN: e.my.DSN(), Init: true}, sink.Tables())
 	if err != nil {
 		t.Fatal(err)
 	}

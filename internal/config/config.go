@@ -75,6 +75,10 @@ type Participant struct {
 	// DecisionTable (postgres only): the table where this participant,
 	// as the last resource, stores commit decisions; recovery reads it.
 	DecisionTable string `yaml:"decision_table"`
+	// IdentityTable (postgres only): the table holding the participant's
+	// identity (default xa_participant, found through the role's
+	// search_path); schema-qualified when roles differ in theirs.
+	IdentityTable string `yaml:"identity_table"`
 
 	// unsetVars are the variables of DSN that expanded to nothing.
 	unsetVars []string
@@ -251,6 +255,9 @@ func (c *Config) Validate(need Need) error {
 		}
 		if ok && p.DecisionTable != "" && !k.DecisionTables {
 			errs = append(errs, fmt.Errorf("participant %q: decision_table: a %s participant cannot hold one (%s)", p.Name, k.Name, tableKinds()))
+		}
+		if ok && p.IdentityTable != "" && !k.DecisionTables {
+			errs = append(errs, fmt.Errorf("participant %q: identity_table: a %s participant keeps its identity in table xa_participant of its database", p.Name, k.Name))
 		}
 	}
 	for _, n := range c.Recovery.Nodes {

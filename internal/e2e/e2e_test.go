@@ -122,12 +122,12 @@ func newBank(t *testing.T, my, pg *dbtest.DB, accounts int) *bankEnv {
 func (b *bankEnv) rms(last ...bool) (*xamysql.RM, *xapg.RM) {
 	b.t.Helper()
 	ctx := context.Background()
-	my, err := xamysql.Open(ctx, xamysql.Config{Name: bank.MySQLName, DSN: b.my.DSN(), MaxConns: 64})
+	my, err := xamysql.Open(ctx, xamysql.Config{Name: bank.MySQLName, DSN: b.my.DSN(), MaxConns: 64, Init: true})
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	b.t.Cleanup(func() { my.Close() })
-	cfg := xapg.Config{Name: bank.PostgresName, DSN: b.pg.DSN(), MaxConns: 64}
+	cfg := xapg.Config{Name: bank.PostgresName, DSN: b.pg.DSN(), MaxConns: 64, Init: true}
 	if len(last) > 0 && last[0] {
 		cfg.DecisionTable = bank.DecisionTable
 	}

@@ -51,12 +51,12 @@ func TestLostCommitReply(t *testing.T) {
 				pgDSN = fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", c.User, proxy.Addr(), c.Database)
 			}
 			defer proxy.Close()
-			my, err := xamysql.Open(ctx, xamysql.Config{Name: bank.MySQLName, DSN: myDSN})
+			my, err := xamysql.Open(ctx, xamysql.Config{Name: bank.MySQLName, DSN: myDSN, Init: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer my.Close()
-			pg, err := xapg.Open(ctx, xapg.Config{Name: bank.PostgresName, DSN: pgDSN})
+			pg, err := xapg.Open(ctx, xapg.Config{Name: bank.PostgresName, DSN: pgDSN, Init: true})
 			if err != nil {
 				t.Fatal(err)
 			}

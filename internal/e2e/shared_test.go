@@ -67,7 +67,7 @@ func TestTwoDatabasesOnOneMariaDB(t *testing.T) {
 		if err := db.Server.Exec(ctx, db.Name, "CREATE TABLE kv (k INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB"); err != nil {
 			t.Fatal(err)
 		}
-		rm, err := xamysql.Open(ctx, xamysql.Config{Name: fmt.Sprintf("maria%d", i+1), DSN: db.DSN()})
+		rm, err := xamysql.Open(ctx, xamysql.Config{Name: fmt.Sprintf("maria%d", i+1), DSN: db.DSN(), Init: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func TestTwoDatabasesOnOneMariaDB(t *testing.T) {
 	if err := pgdb.Server.Exec(ctx, pgdb.Name, "CREATE TABLE kv (k INT PRIMARY KEY, v INT NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
-	pg, err := xapg.Open(ctx, xapg.Config{Name: "pg", DSN: pgdb.DSN()})
+	pg, err := xapg.Open(ctx, xapg.Config{Name: "pg", DSN: pgdb.DSN(), Init: true})
 	if err != nil {
 		t.Fatal(err)
 	}

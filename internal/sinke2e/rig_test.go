@@ -138,8 +138,8 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		name:  fmt.Sprintf("e%d-%d", os.Getpid()%100000, sinkSeq.Add(1)),
 		group: fmt.Sprintf("g%d", sinkSeq.Load())}
 	r.targets = []sink.TargetConfig{
-		{Name: tgMy, Driver: sink.DriverMySQL, DSN: r.my.DSN(), MaxConns: 8},
-		{Name: tgPg, Driver: sink.DriverPostgres, DSN: r.pg.DSN(), MaxConns: 8},
+		{Name: tgMy, Driver: sink.DriverMySQL, DSN: r.my.DSN(), MaxConns: 8, Init: true},
+		{Name: tgPg, Driver: sink.DriverPostgres, DSN: r.pg.DSN(), MaxConns: 8, Init: true},
 	}
 	ctx := ctxFor(t, time.Minute)
 	if err := r.my.Server.Exec(ctx, r.my.Name,

@@ -45,7 +45,7 @@ type SegmentReport struct {
 
 // RecordCounts counts records by type.
 type RecordCounts struct {
-	Commit, Forget, Heuristic, Clear, Abort, ForgetAbort, Delegation int
+	Commit, Forget, Heuristic, Clear, Abort, ForgetAbort, Delegation, Participant int
 	// Link counts link records, one at the start of every segment but
 	// the first; they hold no decision.
 	Link int
@@ -67,6 +67,8 @@ func (c *RecordCounts) add(t RecordType) {
 		c.ForgetAbort++
 	case RecordDelegation:
 		c.Delegation++
+	case RecordParticipant:
+		c.Participant++
 	case RecordLink:
 		c.Link++
 	}
@@ -74,7 +76,7 @@ func (c *RecordCounts) add(t RecordType) {
 
 // Total returns the number of records counted.
 func (c RecordCounts) Total() int {
-	return c.Commit + c.Forget + c.Heuristic + c.Clear + c.Abort + c.ForgetAbort + c.Delegation + c.Link
+	return c.Commit + c.Forget + c.Heuristic + c.Clear + c.Abort + c.ForgetAbort + c.Delegation + c.Participant + c.Link
 }
 
 // Entry is one valid record, as Dump shows it.
@@ -86,20 +88,23 @@ type Entry struct {
 	Type    RecordType
 	// Live says whether the record is part of the log's final state: a
 	// commit, abort or heuristic record not forgotten, cleared or
-	// replaced, a delegation (the first of a participant), the identity.
+	// replaced, a delegation (the first of a participant, or the first
+	// that names its table), a participant record (the first of a name),
+	// the identity.
 	// Of a record that compaction copied forward, only the newest copy is
 	// live. Open, ReadSnapshot and Dump compute it with the same replay.
 	// Forget, clear and link records are never live.
-	Live       bool
-	Identity   xa.LogIdentity     // RecordIdentity
-	Commit     xa.CommitRecord    // RecordCommit
-	ID         xa.GlobalID        // RecordCommit, RecordForget, RecordAbort, RecordForgetAbort
-	Heuristic  xa.HeuristicRecord // RecordHeuristic
-	XID        xa.XID             // RecordHeuristic and RecordClear
-	RM         string             // RecordHeuristic and RecordClear: the participant
-	Abort      xa.AbortRecord     // RecordAbort
-	Delegation xa.Delegation      // RecordDelegation
-	Link       Link               // RecordLink: the previous segment and its length
+	Live        bool
+	Identity    xa.LogIdentity       // RecordIdentity
+	Commit      xa.CommitRecord      // RecordCommit
+	ID          xa.GlobalID          // RecordCommit, RecordForget, RecordAbort, RecordForgetAbort
+	Heuristic   xa.HeuristicRecord   // RecordHeuristic
+	XID         xa.XID               // RecordHeuristic and RecordClear
+	RM          string               // RecordHeuristic and RecordClear: the participant
+	Abort       xa.AbortRecord       // RecordAbort
+	Delegation  xa.Delegation        // RecordDelegation
+	Participant xa.ParticipantRecord // RecordParticipant
+	Link        Link                 // RecordLink: the previous segment and its length
 }
 
 // Verify checks the log in dir without modifying anything and reports what
@@ -149,7 +154,7 @@ func Dump(dir string, fn func(Entry) error) error {
 		entries = append(entries, Entry{
 			Segment: seg, File: name, Offset: off, Size: len(frame), Type: t,
 			Commit: d.commit, ID: d.id, Heuristic: d.heuristic, XID: d.xid, RM: d.rm,
-			Abort: d.abort, Delegation: d.delegation, Link: d.link,
+			Abort: d.abort, Delegation: d.delegation, Participant: d.part, Link: d.link,
 		})
 		live = append(live, r)
 	})

@@ -69,12 +69,12 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 		return err
 	}
 	defer log.Close()
-	my, err := xamysql.Open(ctx, xamysql.Config{Name: MySQLName, DSN: cfg.MySQLDSN, MaxConns: 2 * cfg.Workers, Logger: cfg.Logger})
+	my, err := xamysql.Open(ctx, xamysql.Config{Name: MySQLName, DSN: cfg.MySQLDSN, MaxConns: 2 * cfg.Workers, Logger: cfg.Logger, Init: true})
 	if err != nil {
 		return err
 	}
 	defer my.Close()
-	pgCfg := xapg.Config{Name: PostgresName, DSN: cfg.PGDSN, MaxConns: int32(2 * cfg.Workers), Logger: cfg.Logger}
+	pgCfg := xapg.Config{Name: PostgresName, DSN: cfg.PGDSN, MaxConns: int32(2 * cfg.Workers), Logger: cfg.Logger, Init: true}
 	if cfg.LastResource {
 		pgCfg.DecisionTable = DecisionTable
 	}

@@ -113,10 +113,10 @@ func Open(ctx context.Context, mysqlDSN, pgDSN string, workers, rows int, log xa
 		return fail(fmt.Errorf("postgres: %w", err))
 	}
 
-	if s.MyRM, err = xamysql.Open(ctx, xamysql.Config{Name: "mysql", DSN: mysqlDSN, MaxConns: workers * 2}); err != nil {
+	if s.MyRM, err = xamysql.Open(ctx, xamysql.Config{Name: "mysql", DSN: mysqlDSN, MaxConns: workers * 2, Init: true}); err != nil {
 		return fail(err)
 	}
-	if s.PGRM, err = xapg.Open(ctx, xapg.Config{Name: "postgres", DSN: pgDSN, MaxConns: int32(workers * 2)}); err != nil {
+	if s.PGRM, err = xapg.Open(ctx, xapg.Config{Name: "postgres", DSN: pgDSN, MaxConns: int32(workers * 2), Init: true}); err != nil {
 		return fail(err)
 	}
 	s.Manager, err = xa.NewManager(xa.Config{Node: "bench", Log: log})
@@ -127,7 +127,7 @@ func Open(ctx context.Context, mysqlDSN, pgDSN string, workers, rows int, log xa
 	if err != nil {
 		return fail(err)
 	}
-	s.LastPG, err = xapg.Open(ctx, xapg.Config{Name: "postgres", DSN: pgDSN, MaxConns: int32(workers * 2), DecisionTable: "xa_decisions"})
+	s.LastPG, err = xapg.Open(ctx, xapg.Config{Name: "postgres", DSN: pgDSN, MaxConns: int32(workers * 2), DecisionTable: "xa_decisions", Init: true})
 	if err != nil {
 		return fail(err)
 	}

@@ -212,8 +212,8 @@ func (s *Setup) Config() Config { return s.cfg }
 // statement).
 func (s *Setup) targets(t Target) []sink.TargetConfig {
 	conns := 4 * s.cfg.Partitions // a writing session and the prepared branches of every instance
-	my := sink.TargetConfig{Name: myTarget, Driver: sink.DriverMySQL, DSN: s.cfg.MySQLDSN, MaxConns: conns, BatchRows: s.cfg.Batch}
-	pg := sink.TargetConfig{Name: pgTarget, Driver: sink.DriverPostgres, DSN: s.cfg.PostgresDSN, MaxConns: conns, BatchRows: s.cfg.Batch}
+	my := sink.TargetConfig{Name: myTarget, Driver: sink.DriverMySQL, DSN: s.cfg.MySQLDSN, MaxConns: conns, BatchRows: s.cfg.Batch, Init: true}
+	pg := sink.TargetConfig{Name: pgTarget, Driver: sink.DriverPostgres, DSN: s.cfg.PostgresDSN, MaxConns: conns, BatchRows: s.cfg.Batch, Init: true}
 	switch t {
 	case MySQL:
 		return []sink.TargetConfig{my}

@@ -118,8 +118,8 @@ func EndOffsets(ctx context.Context, brokers []string) (map[string]int64, error)
 // Targets returns the sink's targets.
 func Targets(mysqlDSN, pgDSN string) []sink.TargetConfig {
 	return []sink.TargetConfig{
-		{Name: MySQLTarget, Driver: sink.DriverMySQL, DSN: mysqlDSN},
-		{Name: PostgresTarget, Driver: sink.DriverPostgres, DSN: pgDSN},
+		{Name: MySQLTarget, Driver: sink.DriverMySQL, DSN: mysqlDSN, Init: true},
+		{Name: PostgresTarget, Driver: sink.DriverPostgres, DSN: pgDSN, Init: true},
 	}
 }
 

@@ -18,6 +18,9 @@ import (
 type Proxy struct {
 	ln     net.Listener
 	target string
+	// parted: a partition is in force (Partition, PartitionBefore): new
+	// connections are closed at once, until Heal.
+	parted atomic.Bool
 
 	mu    sync.Mutex
 	rules []*Rule
@@ -30,8 +33,11 @@ type Proxy struct {
 // closed on both sides before any reply is forwarded.
 type Rule struct {
 	Match []byte
-	fired atomic.Bool
-	done  chan struct{}
+	// partition: the packet is not delivered, and the proxy partitions
+	// (PartitionBefore).
+	partition bool
+	fired     atomic.Bool
+	done      chan struct{}
 }
 
 // Fired reports whether the rule has cut a connection.
@@ -74,6 +80,28 @@ func (p *Proxy) CutAfter(match string) *Rule {
 	return r
 }
 
+// PartitionBefore arms a rule: the next client packet containing match is
+// not delivered; its connection and every other is cut, and the proxy
+// refuses new connections until Heal — the network partition that strikes
+// right before a command reaches the server (phase 2 of a branch whose
+// prepare got through).
+func (p *Proxy) PartitionBefore(match string) *Rule {
+	r := &Rule{Match: []byte(match), partition: true, done: make(chan struct{})}
+	p.mu.Lock()
+	p.rules = append(p.rules, r)
+	p.mu.Unlock()
+	return r
+}
+
+// Partition cuts every connection and refuses new ones until Heal.
+func (p *Proxy) Partition() {
+	p.parted.Store(true)
+	p.CutAll()
+}
+
+// Heal ends a partition: new connections are forwarded again.
+func (p *Proxy) Heal() { p.parted.Store(false) }
+
 // CutAll closes every open connection now (a network partition).
 func (p *Proxy) CutAll() {
 	p.mu.Lock()
@@ -98,6 +126,10 @@ func (p *Proxy) accept() {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		if p.parted.Load() {
+			c.Close()
+			continue
 		}
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {
@@ -141,6 +173,12 @@ func (p *Proxy) clientToServer(pr *pair) {
 		n, err := pr.client.Read(buf)
 		if n > 0 {
 			r := p.match(buf[:n])
+			if r != nil && r.partition {
+				p.Partition()
+				r.fired.Store(true)
+				close(r.done)
+				return
+			}
 			if r != nil {
 				// Swallow replies from now on, deliver the command, wait
 				// until the server has answered (so it acted on it), cut.
