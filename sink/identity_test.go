@@ -279,3 +279,28 @@ func (e *env) myCount(ctx context.Context, q string, args ...any) (int64, error)
 	err = db.QueryRowContext(ctx, q, args...).Scan(&n)
 	return n, err
 }
+
+// TestTargetParticipantIdentity: a target whose participant identity
+// (the driver's xa_participant row, xa.Identified) is no longer the one
+// recorded when it was bound is refused, even though its binding row is
+// there (a database rebuilt from a dump of the target, say, given an
+// identity of its own as the drivers ask). Here the PostgreSQL target's
+// participant identity is made anew.
+func TestTargetParticipantIdentity(t *testing.T) {
+	t.Parallel()
+	e := newEnvOn(t, tgMy)
+	ctx := testCtx(t)
+	if err := e.pg.Server.Exec(ctx, e.pg.Name, "DELETE FROM xa_participant"); err != nil {
+		t.Fatal(err)
+	}
+	s := e.open() // Init: the target gets a new identity
+	err := e.run(s, gensource.New(gen(300, 3)))
+	t.Logf("an instance with pg's participant identity made anew: %v", err)
+	var ie *xa.IdentityError
+	if !errors.As(err, &ie) || ie.Expected.ID == "" || ie.Found.ID == "" || ie.Expected.ID == ie.Found.ID {
+		t.Fatalf("an instance with another participant identity: %v, want an *xa.IdentityError with both ids", err)
+	}
+	if my, pg := e.counts(); my.rows != 0 || pg.rows != 0 {
+		t.Errorf("written: %v, %v", my, pg)
+	}
+}

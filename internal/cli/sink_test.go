@@ -544,6 +544,20 @@ func testSinkDoctor(t *testing.T) {
 	r = e.runWith(few, "doctor").want(t, 0)
 	t.Logf("doctor's sink section:\n%s", r.stdout[strings.Index(r.stdout, "sink "+e.name):])
 
+	// With the progress in PostgreSQL (the test server runs with fsync
+	// off): its durability findings, and synchronous_commit is no concern
+	// of the sink's (its decisions force it on).
+	onPg := e.sinkConfig("onpg.yaml", src, "    progress: "+pgName+"\n")
+	r = e.runWith(onPg, "doctor", "-o", "json").want(t, 1)
+	out = doctorJSON{}
+	r.json(t, &out)
+	if f := find(out, "decision durability ("+pgName+"): fsync"); f.Severity != "warn" || f.Value != "off" || !strings.Contains(f.Fix, "partial commit") {
+		t.Errorf("decision durability (fsync) with the progress in PostgreSQL: %+v", f)
+	}
+	if f := find(out, "decision durability ("+pgName+"): synchronous_commit"); f.Severity != "ok" || !strings.Contains(f.Value, "set synchronous_commit on") {
+		t.Errorf("decision durability (synchronous_commit) with the progress in PostgreSQL: %+v", f)
+	}
+
 	many := e.sinkConfig("many.yaml", src, "    instances: 100\n")
 	r = e.runWith(many, "doctor", "-o", "json").want(t, 1)
 	out = doctorJSON{}
@@ -1007,7 +1021,14 @@ func TestSinkIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrong := e.writeConfig("wrong.yaml", strings.Replace(string(text), strconv.Quote(e.pg.DSN()), strconv.Quote(other.DSN()), 1))
+	// Without a participant identity, the driver refuses the other
+	// database at once.
 	r := e.runWith(wrong, "sink", "status", e.name).want(t, 3)
+	r.stdoutHas(t, "IDENTITY MISMATCH", "participant \"pg\": the database has no identity")
+	// Given one (an operator's xactl participant init, taking it for a new
+	// participant), the sink's bindings refuse it.
+	e.runWith(wrong, "participant", "init", pgName).want(t, 0)
+	r = e.runWith(wrong, "sink", "status", e.name).want(t, 3)
 	t.Logf("sink status with pg on another database:\n%s%s", r.stdout, r.stderr)
 	r.stdoutHas(t, "IDENTITY MISMATCH", "target pg of sink "+e.name, e.pg.Name)
 	r = e.runWith(wrong, "sink", "run", e.name, "--progress-every", "0").want(t, 3)
