@@ -107,7 +107,7 @@ func (b *branch) begin(ctx context.Context, op string) (ok bool, err error) {
 	b.endLife(errBranchEnded)
 	if running {
 		b.rollbackActive(ctx)
-		return false, b.err(op, xa.ErrRolledBack, errors.New("a statement was still running on the session (or its Rows or BatchResults were not closed); the branch was rolled back"))
+		return false, b.err(op, xa.ErrRolledBack, fmt.Errorf("%w: a statement was still running on the session (or its Rows or BatchResults were not closed); the branch was rolled back", xa.ErrSessionBusy))
 	}
 	return true, nil
 }
