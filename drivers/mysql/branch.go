@@ -63,8 +63,8 @@ type branch struct {
 	mu      sync.Mutex // serialises statements and TM calls
 	s       *session   // nil once released
 	state   state
-	reason  error  // why the branch is rollback-only or lost
-	tainted bool   // a statement may have changed autocommit: discard the session at the end
+	reason  error     // why the branch is rollback-only or lost
+	tainted bool      // a statement may have changed autocommit: discard the session at the end
 	pending *guard    // left armed by a query whose rows may still be read
 	rows    *sql.Rows // the last query's rows (Conn.QueryContext), nil once seen closed
 	origin  xa.Origin
