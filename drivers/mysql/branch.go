@@ -69,6 +69,7 @@ type branch struct {
 	rows    *sql.Rows // the last query's rows (Conn.QueryContext), nil once seen closed
 	origin  xa.Origin
 	stmts   []*sql.Stmt // prepared on the session (Conn.PrepareContext), closed at the end
+	db      *sql.DB     // Conn.DB, closed when work ends
 }
 
 var (

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -55,6 +56,7 @@ type branch struct {
 	wrote     bool          // a statement certainly wrote
 	failed    error         // the error that aborted the open transaction (TxStatus E)
 	broken    *xa.Error     // the session can no longer carry the branch; it votes abort
+	db        *sql.DB       // Conn.DB, closed when life ends
 }
 
 var (
