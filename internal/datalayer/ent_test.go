@@ -64,4 +64,3 @@ func (branchTx) Commit() error { return nil }
 func (branchTx) Rollback() error {
 	return errors.New("the work is part of a global transaction: return an error from the transaction's function to roll it all back")
 }
-
