@@ -11,9 +11,11 @@
 package metrics
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/xa"
@@ -34,14 +36,14 @@ type Metrics struct {
 	logSyncedRecs prometheus.Counter
 }
 
-var _ xa.Observer = (*Metrics)(nil)
+var _ xa.ContextObserver = (*Metrics)(nil)
 
 // New creates the collectors and registers them with reg.
 func New(reg prometheus.Registerer) *Metrics {
 	lat := prometheus.ExponentialBuckets(0.0002, 2, 16) // 0.2ms .. 6.5s
 	m := &Metrics{
 		txs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "xa_transactions_total", Help: "Global transactions finished, by outcome (committed, aborted, unknown, heuristic: a database rolled back a branch whose commit was decided) and protocol (two_phase, one_phase).",
+			Name: "xa_transactions_total", Help: "Global transactions finished, by outcome (committed, aborted, unknown, heuristic: a database rolled back a branch whose commit was decided) and protocol (two_phase, last_resource, one_phase, none: nothing was prepared nor committed in one phase, as for a transaction aborted before any prepare).",
 		}, []string{"outcome", "protocol"}),
 		phase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "xa_phase_duration_seconds", Help: "Duration of the protocol's phases: prepare, log (decision made durable), commit (phase 2), total (begin to finish).", Buckets: lat,
@@ -79,17 +81,46 @@ func New(reg prometheus.Registerer) *Metrics {
 }
 
 // ObserveTx implements xa.Observer.
-func (m *Metrics) ObserveTx(s xa.TxStats) {
-	proto := "two_phase"
-	if s.OnePhase {
-		proto = "one_phase"
-	}
-	m.txs.WithLabelValues(s.Outcome, proto).Inc()
-	for name, d := range map[string]time.Duration{"prepare": s.Prepare, "log": s.Log, "commit": s.Commit, "total": s.Total} {
-		if d > 0 {
-			m.phase.WithLabelValues(name).Observe(d.Seconds())
+func (m *Metrics) ObserveTx(s xa.TxStats) { m.ObserveTxContext(context.Background(), s) }
+
+// ObserveTxContext implements xa.ContextObserver: when ctx carries a
+// sampled OpenTelemetry span (xa.Config.Tracer), the transaction counter
+// and the total duration get its trace id as an exemplar (exposed with the
+// OpenMetrics format), so that a dashboard leads from a metric to a trace.
+func (m *Metrics) ObserveTxContext(ctx context.Context, s xa.TxStats) {
+	proto := s.Protocol
+	if proto == "" {
+		// A TxStats made by hand, without the protocol.
+		proto = xa.ProtocolTwoPhase
+		if s.OnePhase {
+			proto = xa.ProtocolOnePhase
 		}
 	}
+	var ex prometheus.Labels
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && sc.IsSampled() {
+		ex = prometheus.Labels{"trace_id": sc.TraceID().String()}
+	}
+	c := m.txs.WithLabelValues(s.Outcome, proto)
+	if ea, ok := c.(prometheus.ExemplarAdder); ok && ex != nil {
+		ea.AddWithExemplar(1, ex)
+	} else {
+		c.Inc()
+	}
+	observe := func(name string, d time.Duration) {
+		if d <= 0 {
+			return
+		}
+		h := m.phase.WithLabelValues(name)
+		if eo, ok := h.(prometheus.ExemplarObserver); ok && ex != nil && name == "total" {
+			eo.ObserveWithExemplar(d.Seconds(), ex)
+			return
+		}
+		h.Observe(d.Seconds())
+	}
+	observe("prepare", s.Prepare)
+	observe("log", s.Log)
+	observe("commit", s.Commit)
+	observe("total", s.Total)
 	if s.Pending > 0 {
 		m.pending.Add(float64(s.Pending))
 	}

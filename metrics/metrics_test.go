@@ -33,7 +33,7 @@ func TestMetrics(t *testing.T) {
 	}, Aborted: []xa.GlobalID{{Node: "n"}}}, nil)
 
 	want := `
-# HELP xa_transactions_total Global transactions finished, by outcome (committed, aborted, unknown, heuristic: a database rolled back a branch whose commit was decided) and protocol (two_phase, one_phase).
+# HELP xa_transactions_total Global transactions finished, by outcome (committed, aborted, unknown, heuristic: a database rolled back a branch whose commit was decided) and protocol (two_phase, last_resource, one_phase, none: nothing was prepared nor committed in one phase, as for a transaction aborted before any prepare).
 # TYPE xa_transactions_total counter
 xa_transactions_total{outcome="aborted",protocol="two_phase"} 1
 xa_transactions_total{outcome="committed",protocol="one_phase"} 1
