@@ -60,6 +60,18 @@ type Config struct {
 	// table (recovery.DecisionStore). Empty: off. A plain or
 	// schema-qualified name, e.g. "xa_decisions" or "ops.xa_decisions".
 	DecisionTable string
+
+	// Tracer, if set, is pgx's tracer for every connection of the pool
+	// (pgx.ConnConfig.Tracer): driver-level tracing such as an
+	// OpenTelemetry pgx instrumentation. It sees the application's
+	// statements with their context (inside a traced global transaction,
+	// one carrying its span). A branch's first statement goes in a batch
+	// with BEGIN, so implement pgx.BatchTracer too (CopyFromTracer,
+	// PrepareTracer and ConnectTracer are used as well). The transaction
+	// manager's own commands (PREPARE TRANSACTION, COMMIT PREPARED ...)
+	// go through pgconn and are not seen: the xa spans (xa.Config.Tracer)
+	// cover them.
+	Tracer pgx.QueryTracer
 }
 
 // RM is a PostgreSQL resource manager: it implements xa.ResourceManager
@@ -99,6 +111,9 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 	pc.MaxConns = cfg.MaxConns
 	if pc.MaxConns <= 0 {
 		pc.MaxConns = DefaultMaxConns
+	}
+	if cfg.Tracer != nil {
+		pc.ConnConfig.Tracer = cfg.Tracer
 	}
 	if pc.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol {
 		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
