@@ -27,6 +27,8 @@ type Metrics struct {
 	phase         *prometheus.HistogramVec
 	pending       prometheus.Counter
 	inDoubt       *prometheus.GaugeVec
+	oldest        *prometheus.GaugeVec
+	grace         prometheus.Gauge
 	recovered     *prometheus.CounterVec
 	presumed      prometheus.Counter
 	scanErrors    prometheus.Counter
@@ -54,6 +56,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		inDoubt: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "xa_in_doubt_branches", Help: "Prepared branches of ours left unresolved after the last recovery scan (waiting, failed, anomalous, of another log, older than the log, or blocked), by participant.",
 		}, []string{"participant"}),
+		oldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "xa_in_doubt_oldest_seconds", Help: "Age of the oldest branch counted in xa_in_doubt_branches whose age is known, after the last recovery scan, by participant (0: none). Above xa_recovery_grace_seconds, recovery is not resolving it by itself.",
+		}, []string{"participant"}),
+		grace: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "xa_recovery_grace_seconds", Help: "The presumed-abort grace period of the scanner's decision log (set with SetGrace; xactl recover does).",
+		}),
 		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "xa_recovery_actions_total", Help: "Branches resolved by recovery, by action (commit, rollback) and result (ok, error).",
 		}, []string{"action", "result"}),
@@ -76,7 +84,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "xa_decision_log_records_total", Help: "Records written to the decision log.",
 		}),
 	}
-	reg.MustRegister(m.txs, m.phase, m.pending, m.inDoubt, m.recovered, m.presumed, m.scanErrors, m.logSyncs, m.logGroup, m.logSyncTime, m.logSyncedRecs)
+	reg.MustRegister(m.txs, m.phase, m.pending, m.inDoubt, m.oldest, m.grace, m.recovered, m.presumed, m.scanErrors, m.logSyncs, m.logGroup, m.logSyncTime, m.logSyncedRecs)
 	return m
 }
 
@@ -126,6 +134,11 @@ func (m *Metrics) ObserveTxContext(ctx context.Context, s xa.TxStats) {
 	}
 }
 
+// SetGrace records the presumed-abort grace period of the scanner whose
+// scans ObserveScan receives (recovery.Scanner.Grace), for alerts on
+// branches in doubt for longer (xa_in_doubt_oldest_seconds).
+func (m *Metrics) SetGrace(d time.Duration) { m.grace.Set(d.Seconds()) }
+
 // LogSynced observes one group sync of the decision log; it has the
 // signature of filelog.Options.OnSync.
 func (m *Metrics) LogSynced(records, bytes int, d time.Duration) {
@@ -146,8 +159,16 @@ func (m *Metrics) ObserveScan(rep recovery.Report, err error) {
 		m.scanErrors.Add(float64(len(rep.Errors)))
 	}
 	counts := map[string]int{}
+	oldest := map[string]time.Duration{}
 	for _, p := range rep.Participants {
 		counts[p] = 0 // a participant with nothing in doubt reads 0
+		oldest[p] = 0
+	}
+	inDoubt := func(b recovery.Branch) {
+		counts[b.Participant]++
+		if b.AgeKnown && b.Age > oldest[b.Participant] {
+			oldest[b.Participant] = b.Age
+		}
 	}
 	for _, b := range rep.Branches {
 		switch b.Verdict {
@@ -155,15 +176,16 @@ func (m *Metrics) ObserveScan(rep recovery.Report, err error) {
 			result := "ok"
 			if !b.Done {
 				result = "error"
-				counts[b.Participant]++
+				inDoubt(b)
 			}
 			m.recovered.WithLabelValues(b.Verdict.String(), result).Inc()
 		case recovery.Wait, recovery.Anomaly, recovery.OtherLog, recovery.Predates, recovery.Blocked:
-			counts[b.Participant]++
+			inDoubt(b)
 		}
 	}
 	m.presumed.Add(float64(len(rep.Aborted)))
 	for p, n := range counts {
 		m.inDoubt.WithLabelValues(p).Set(float64(n))
+		m.oldest.WithLabelValues(p).Set(oldest[p].Seconds())
 	}
 }
