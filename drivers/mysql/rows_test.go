@@ -225,3 +225,70 @@ func newTestManager(t *testing.T, timeout time.Duration) *xa.Manager {
 	}
 	return m
 }
+
+// A statement still running on another goroutine when the transaction is
+// committed does not hold the commit past the global timeout: with two
+// branches, Prepare waits for the statement, the timeout interrupts it on
+// the server (KILL QUERY), and the transaction aborts on time. With one
+// branch, the one-phase commit decided before the timeout waits for the
+// statement the same way and then commits, as database/sql's Tx.Commit
+// waits for a statement in flight: no hang either way, and the data says
+// what Commit said.
+func TestStatementRunningDuringCommit(t *testing.T) {
+	t.Parallel()
+	for _, branches := range []int{2, 1} {
+		ctx := context.Background()
+		db, raw := setup(t)
+		mustExec(t, raw, "INSERT INTO kv VALUES (1, 1)")
+		rm := openRM(t, db.DSN())
+		db2, _ := setup(t)
+		rm2 := openRM(t, db2.DSN(), func(c *Config) { c.Name = "mysql-test-2" })
+		mgr := newTestManager(t, 2*time.Second)
+		tx, err := mgr.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := rm.Enlist(ctx, tx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ExecContext(ctx, "UPDATE kv SET v = 2 WHERE k = 1"); err != nil {
+			t.Fatal(err)
+		}
+		if branches == 2 {
+			c2, err := rm2.Enlist(ctx, tx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c2.ExecContext(ctx, "INSERT INTO kv VALUES (1, 1)"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		running := make(chan error, 1)
+		go func() {
+			_, err := c.ExecContext(context.Background(), "SELECT SLEEP(60)")
+			running <- err
+		}()
+		time.Sleep(200 * time.Millisecond)
+		began := time.Now()
+		var res xa.Result
+		within(t, 20*time.Second, "Commit while a statement runs", func() {
+			res, err = tx.Commit(ctx)
+		})
+		if d := time.Since(began); d > 10*time.Second {
+			t.Fatalf("%d branches: Commit took %v with a 2s timeout", branches, d)
+		}
+		select {
+		case <-running:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d branches: the running statement was not interrupted", branches)
+		}
+		v, _ := getV(t, raw, 1)
+		switch {
+		case branches == 2 && !errors.Is(err, xa.ErrAborted):
+			t.Fatalf("2 branches: Commit while a statement runs past the timeout: %v, want aborted", err)
+		case err == nil && (!res.Committed || v != 2), errors.Is(err, xa.ErrAborted) && v != 1:
+			t.Fatalf("%d branches: Commit said %+v, %v; the row holds %d", branches, res, err, v)
+		}
+	}
+}
