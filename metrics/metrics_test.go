@@ -33,7 +33,7 @@ func TestMetrics(t *testing.T) {
 	}, Aborted: []xa.GlobalID{{Node: "n"}}}, nil)
 
 	want := `
-# HELP xa_transactions_total Global transactions finished, by outcome (committed, aborted, unknown, heuristic: a database rolled back a branch whose commit was decided) and protocol (two_phase, one_phase).
+# HELP xa_transactions_total Global transactions finished, by outcome (committed, aborted, unknown, heuristic: a database rolled back a branch whose commit was decided) and protocol (two_phase, last_resource, one_phase, none: nothing was prepared nor committed in one phase, as for a transaction aborted before any prepare).
 # TYPE xa_transactions_total counter
 xa_transactions_total{outcome="aborted",protocol="two_phase"} 1
 xa_transactions_total{outcome="committed",protocol="one_phase"} 1
@@ -150,5 +150,31 @@ xa_sink_lag_records{partition="orders/1",sink="orders"} 3
 	}
 	if ts := testutil.ToFloat64(other.lastCommit); ts != 0 {
 		t.Errorf("a sink that never committed has last commit timestamp %v", ts)
+	}
+}
+
+// The oldest branch in doubt per participant, and the grace, for the alert
+// on branches in doubt past the grace period.
+func TestInDoubtOldest(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := New(reg)
+	m.SetGrace(3 * time.Minute)
+	m.ObserveScan(recovery.Report{Participants: []string{"maria", "pg"}, Branches: []recovery.Branch{
+		{Participant: "maria", Verdict: recovery.Wait, Age: 20 * time.Second, AgeKnown: true},
+		{Participant: "maria", Verdict: recovery.Blocked, Age: 10 * time.Minute, AgeKnown: true},
+		{Participant: "maria", Verdict: recovery.Commit, Done: true, Age: time.Hour, AgeKnown: true},
+		{Participant: "pg", Verdict: recovery.Foreign, Age: time.Hour, AgeKnown: true},
+	}}, nil)
+	want := `
+# HELP xa_in_doubt_oldest_seconds Age of the oldest branch counted in xa_in_doubt_branches whose age is known, after the last recovery scan, by participant (0: none). Above xa_recovery_grace_seconds, recovery is not resolving it by itself.
+# TYPE xa_in_doubt_oldest_seconds gauge
+xa_in_doubt_oldest_seconds{participant="maria"} 600
+xa_in_doubt_oldest_seconds{participant="pg"} 0
+# HELP xa_recovery_grace_seconds The presumed-abort grace period of the scanner's decision log (set with SetGrace; xactl recover does).
+# TYPE xa_recovery_grace_seconds gauge
+xa_recovery_grace_seconds 180
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "xa_in_doubt_oldest_seconds", "xa_recovery_grace_seconds"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -117,6 +117,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now returns the time; nil means time.Now.
 	Now func() time.Time
+	// Tracer, if set, records a span per scan (SpanScan; package otelxa
+	// for OpenTelemetry). nil: none.
+	Tracer xa.Tracer
 }
 
 // Scanner resolves in-doubt branches. It is safe for concurrent use.
@@ -301,13 +304,13 @@ func (r Report) InDoubt() int {
 }
 
 // Plan reports what Scan would do, without doing it.
-func (s *Scanner) Plan(ctx context.Context) (Report, error) { return s.scan(ctx, true) }
+func (s *Scanner) Plan(ctx context.Context) (Report, error) { return s.traced(ctx, true) }
 
 // Scan resolves every in-doubt branch it can and forgets the records that
 // are done. The error is non-nil only when nothing could be scanned (the
 // log could not be read); partial failures are in Report.Errors and in
 // each Branch.Err.
-func (s *Scanner) Scan(ctx context.Context) (Report, error) { return s.scan(ctx, false) }
+func (s *Scanner) Scan(ctx context.Context) (Report, error) { return s.traced(ctx, false) }
 
 // hasDecisionTable is implemented by participants that implement
 // DecisionStore but may have it turned off (a PostgreSQL participant

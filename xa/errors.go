@@ -63,6 +63,13 @@ var (
 	// transaction itself (COMMIT, ROLLBACK, BEGIN, PREPARE ...) on a branch
 	// session; only the transaction manager ends a branch.
 	ErrTransactionControl = errors.New("xa: transaction control statements are reserved to the transaction manager")
+
+	// ErrSessionBusy: a statement was started on a branch session while an
+	// earlier statement, or its Rows, is still open (one statement at a
+	// time, as on one database connection). Nothing was sent; close the
+	// Rows first. A branch asked to prepare or commit in one phase with
+	// Rows still open is rolled back with this reason.
+	ErrSessionBusy = errors.New("xa: session busy: an earlier statement or its Rows are still open")
 )
 
 // Error is the error a resource manager returns for a failed XA command. It

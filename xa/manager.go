@@ -43,8 +43,16 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Observer, if set, is told about every finished transaction (see
-	// the metrics package).
+	// the metrics package), with its context if it is a ContextObserver.
 	Observer Observer
+
+	// Tracer, if set, records a span per global transaction, with a child
+	// per prepare, decision-log write, last-resource commit and phase-2
+	// call (see Tracer; package otelxa for OpenTelemetry). The
+	// transaction's context (Tx.Context) carries its span, and log records
+	// about a transaction are written with that context. nil: no tracing,
+	// at no cost.
+	Tracer Tracer
 
 	// AsyncCommit makes Commit return as soon as the commit decision is
 	// durable, with phase 2 going on in the background (Result.Phase2
@@ -65,7 +73,9 @@ type Observer interface {
 
 // TxStats describes one finished transaction.
 type TxStats struct {
+	ID       GlobalID
 	Outcome  string // "committed", "aborted", "unknown" or "heuristic"
+	Protocol string // ProtocolNone, ProtocolOnePhase, ProtocolTwoPhase or ProtocolLastResource
 	OnePhase bool
 	Logged   bool
 	Branches int

@@ -54,6 +54,8 @@ type Tx struct {
 	err      error
 	finished bool
 	stats    TxStats
+	span     Span   // the transaction's span; nil when not traced (Config.Tracer)
+	spans    []Span // spans of actions in flight, by branch (and the decision log last)
 }
 
 // decision is the proof that branches may be told to commit. Only
@@ -66,6 +68,12 @@ type decision struct {
 }
 
 func newTx(parent context.Context, m *Manager, id GlobalID, now time.Time) *Tx {
+	var span Span
+	if tr := m.cfg.Tracer; tr != nil {
+		if parent, span = tr.Start(parent, SpanTransaction); span != nil {
+			span.SetAttributes(slog.String(AttrGlobalID, id.String()), slog.String(AttrNode, m.cfg.Node))
+		}
+	}
 	ctx, cancel := context.WithCancelCause(parent)
 	tctx, tcancel := context.WithDeadlineCause(ctx, now.Add(m.cfg.Timeout), ErrTimeout)
 	tx := &Tx{
@@ -73,6 +81,7 @@ func newTx(parent context.Context, m *Manager, id GlobalID, now time.Time) *Tx {
 		ctx:    tctx,
 		m:      newMachine(id, m.cfg.Phase2Attempts),
 		byName: map[string]int{},
+		span:   span,
 	}
 	tx.m.log = m.ident.ID
 	tx.cancel = func(cause error) { cancel(cause); tcancel() }
@@ -312,6 +321,9 @@ func (d *driver) loop(acts []action, mayHandOff bool) {
 		case ev := <-d.events:
 			d.inflight--
 			d.t.done(ev)
+			if tx.span != nil {
+				tx.traceDone(ev)
+			}
 			acts = tx.m.step(ev)
 		case <-d.expired:
 			d.expired = nil
@@ -334,22 +346,22 @@ func (d *driver) start(acts []action) {
 			d.fin = &a.res
 		case actRelease:
 			if err := tx.branches[a.i].Close(); err != nil {
-				tx.mgr.log.Warn("releasing branch session", "tx", tx.id, "rm", tx.rms[a.i].Name(), "err", err)
+				tx.mgr.log.WarnContext(tx.ctx, "releasing branch session", "tx", tx.id, "rm", tx.rms[a.i].Name(), "err", err)
 			}
 		case actForget:
 			if err := tx.mgr.cfg.Log.Forget(context.WithoutCancel(d.ctx), tx.id); err != nil {
-				tx.mgr.log.Warn("forgetting decision record; recovery will", "tx", tx.id, "err", err)
+				tx.mgr.log.WarnContext(tx.ctx, "forgetting decision record; recovery will", "tx", tx.id, "err", err)
 			}
 		case actLogHeuristic:
 			tx.logHeuristic(d.ctx, a)
 		case actCommit:
 			d.inflight++
 			d.t.started(a)
-			go tx.performCommit(d.ctx, a, tx.decided(), d.events)
+			go tx.performCommit(d.actionCtx(a), a, tx.decided(), d.events)
 		default:
 			d.inflight++
 			d.t.started(a)
-			go tx.perform(d.ctx, a, d.events)
+			go tx.perform(d.actionCtx(a), a, d.events)
 		}
 	}
 }
@@ -461,7 +473,7 @@ func (tx *Tx) commitLast(ctx context.Context, i int, prepared []int) error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tx.mgr.cfg.Phase2Timeout)
 		defer cancel()
 		if err := tx.branches[i].Rollback(rctx); err != nil {
-			tx.mgr.log.Warn("rolling back the last resource; its session is closed", "tx", tx.id, "rm", name, "err", err)
+			tx.mgr.log.WarnContext(tx.ctx, "rolling back the last resource; its session is closed", "tx", tx.id, "rm", name, "err", err)
 			tx.branches[i].Close() //nolint:errcheck // a closed session rolls back a branch that is not prepared
 		}
 		return &Error{Op: "commit last", RM: name, XID: tx.xid(i), Err: reason}
@@ -503,7 +515,7 @@ func (tx *Tx) delegate(ctx context.Context, i int) bool {
 	if ok {
 		table, id, err := dt.DecisionTableIdentity()
 		if err != nil {
-			tx.mgr.log.Warn("the last resource's decision table has no identity; committing through the decision log", "tx", tx.id, "rm", name, "err", err)
+			tx.mgr.log.WarnContext(tx.ctx, "the last resource's decision table has no identity; committing through the decision log", "tx", tx.id, "rm", name, "err", err)
 			return false
 		}
 		d.Table, d.TableID = table, id.ID
@@ -514,11 +526,11 @@ func (tx *Tx) delegate(ctx context.Context, i int) bool {
 	switch {
 	case errors.Is(err, ErrIdentity):
 		if _, loaded := tx.mgr.delegated.LoadOrStore(name, false); !loaded {
-			tx.mgr.log.Error("the decision log delegated decisions to another table of this participant; committing through the decision log", "rm", name, "err", err)
+			tx.mgr.log.ErrorContext(tx.ctx, "the decision log delegated decisions to another table of this participant; committing through the decision log", "rm", name, "err", err)
 		}
 		return false
 	case err != nil:
-		tx.mgr.log.Warn("recording the last resource's delegation failed; committing through the decision log", "tx", tx.id, "rm", name, "err", err)
+		tx.mgr.log.WarnContext(tx.ctx, "recording the last resource's delegation failed; committing through the decision log", "tx", tx.id, "rm", name, "err", err)
 		return false
 	}
 	tx.mgr.delegated.Store(name, true)
@@ -567,13 +579,13 @@ func (tx *Tx) commitBranch(ctx context.Context, d decision, i int, viaRM bool) e
 // and the record must be durable before the caller learns the outcome.
 func (tx *Tx) logHeuristic(ctx context.Context, a actLogHeuristic) {
 	name := tx.rms[a.i].Name()
-	tx.mgr.log.Error("heuristic outcome: the database rolled back a branch whose commit was decided", "tx", tx.id, "rm", name, "err", a.reason)
+	tx.mgr.log.ErrorContext(tx.ctx, "heuristic outcome: the database rolled back a branch whose commit was decided", "tx", tx.id, "rm", name, "err", a.reason)
 	h := HeuristicRecord{RM: name, XID: tx.xid(a.i), Action: OutcomeRollback, Forced: true, Time: time.Now(),
 		Reason: "the database rolled the branch back in phase 2 although the decision was commit: " + a.reason.Error()}
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tx.mgr.cfg.Phase2Timeout)
 	defer cancel()
 	if err := tx.mgr.cfg.Log.LogHeuristic(hctx, h); err != nil {
-		tx.mgr.log.Error("recording a heuristic outcome in the decision log failed", "tx", tx.id, "rm", name, "err", err)
+		tx.mgr.log.ErrorContext(tx.ctx, "recording a heuristic outcome in the decision log failed", "tx", tx.id, "rm", name, "err", err)
 	}
 }
 
@@ -607,6 +619,7 @@ func (tx *Tx) finish(o outcome, t *tracker) {
 	}
 	tx.err = o.err
 	st := TxStats{
+		ID: tx.id, Protocol: t.protocolOf(),
 		OnePhase: o.onePhase, Logged: o.logged, Branches: len(tx.branches), Pending: len(o.pending),
 		Prepare: t.prepare, Log: t.log, Commit: t.commit, Total: time.Since(tx.begun),
 	}
@@ -626,10 +639,19 @@ func (tx *Tx) finish(o outcome, t *tracker) {
 	if len(o.pending) > 0 {
 		lvl = slog.LevelWarn
 	}
-	tx.mgr.log.Log(context.Background(), lvl, "transaction finished", "tx", tx.id, "outcome", st.Outcome,
-		"one_phase", o.onePhase, "logged", o.logged, "branches", len(tx.branches), "pending", tx.res.Pending, "err", o.err)
+	if tx.mgr.log.Enabled(tx.ctx, lvl) { // the arguments cost allocations
+		tx.mgr.log.Log(tx.ctx, lvl, "transaction finished", "tx", tx.id, "outcome", st.Outcome, "protocol", st.Protocol,
+			"one_phase", o.onePhase, "logged", o.logged, "branches", len(tx.branches), "pending", tx.res.Pending, "err", o.err)
+	}
 	if obs := tx.mgr.cfg.Observer; obs != nil {
-		obs.ObserveTx(st)
+		if co, ok := obs.(ContextObserver); ok {
+			co.ObserveTxContext(tx.ctx, st)
+		} else {
+			obs.ObserveTx(st)
+		}
+	}
+	if tx.span != nil {
+		tx.traceFinish(st, o.err)
 	}
 }
 
@@ -639,11 +661,13 @@ type tracker struct {
 	prepStart, logStart, c2St time.Time
 	prepare, log, commit      time.Duration
 	prepOpen, logOpen, c2Open int
-	last                      int // 1 + the last resource's index, 0 if none
+	last                      int    // 1 + the last resource's index, 0 if none
+	proto                     string // the protocol's actions seen (see protocol)
 }
 
 func (t *tracker) started(a action) {
 	now := time.Now()
+	t.protocol(a)
 	switch a := a.(type) {
 	case actPrepare:
 		if t.prepOpen == 0 && t.prepStart.IsZero() {

@@ -63,11 +63,13 @@ type branch struct {
 	mu      sync.Mutex // serialises statements and TM calls
 	s       *session   // nil once released
 	state   state
-	reason  error  // why the branch is rollback-only or lost
-	tainted bool   // a statement may have changed autocommit: discard the session at the end
-	pending *guard // left armed by a query whose rows may still be read
+	reason  error     // why the branch is rollback-only or lost
+	tainted bool      // a statement may have changed autocommit: discard the session at the end
+	pending *guard    // left armed by a query whose rows may still be read
+	rows    *sql.Rows // the last query's rows (Conn.QueryContext), nil once seen closed
 	origin  xa.Origin
 	stmts   []*sql.Stmt // prepared on the session (Conn.PrepareContext), closed at the end
+	db      *sql.DB     // Conn.DB, closed when work ends
 }
 
 var (
@@ -135,8 +137,42 @@ func (b *branch) originNow(read time.Time) xa.Origin {
 	return xa.Origin{Session: b.s.id, Prepared: t}
 }
 
+// rowsOpen reports whether the last query's Rows are still open: the
+// session then runs nothing else. (database/sql waits for open Rows before
+// it closes or discards a connection, so a statement sent meanwhile, which
+// go-sql-driver refuses as a bad connection, would wait for them forever.)
+func (b *branch) rowsOpen() bool {
+	if b.rows == nil {
+		return false
+	}
+	if _, err := b.rows.Columns(); err != nil {
+		b.rows = nil // closed: Columns answers "sql: Rows are closed"
+		return false
+	}
+	return true
+}
+
+// closeRows closes the last query's Rows if they are still open (their
+// guard still armed, so that a context ending meanwhile interrupts the
+// rest of the result) and reports whether they were. database/sql's
+// Rows.Close is safe while the application reads them on another
+// goroutine: its next read reports the Rows closed.
+func (b *branch) closeRows() bool {
+	if !b.rowsOpen() {
+		return false
+	}
+	b.rows.Close() //nolint:errcheck // the branch is ending; the statement's error is the application's
+	b.rows = nil
+	return true
+}
+
+// errRowsOpen is the reason a branch with open Rows is rolled back when it
+// is asked to end its work.
+var errRowsOpen = fmt.Errorf("%w: the Rows of a query were not closed when the branch was asked to end its work, so the branch was rolled back", xa.ErrSessionBusy)
+
 // end releases the session: to the pool when clean, else closed.
 func (b *branch) end(clean bool) {
+	b.closeRows()
 	b.disarm()
 	for _, st := range b.stmts {
 		st.Close() //nolint:errcheck // a session that is discarded drops them anyway
@@ -163,6 +199,7 @@ func (b *branch) disarm() {
 // prepared: the server rolls it back.
 func (b *branch) markLost(err error) {
 	b.reason = err
+	b.closeRows()
 	b.disarm()
 	if b.s != nil {
 		b.s.discard()
@@ -192,6 +229,11 @@ func (b *branch) markLost(err error) {
 func (b *branch) Prepare(ctx context.Context) (xa.Vote, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closeRows() && b.state == stActive {
+		b.disarm()
+		b.rollbackAndEnd(ctx, true)
+		return xa.VoteAbort, b.err(opPrepare, xa.ErrRolledBack, errRowsOpen)
+	}
 	b.disarm()
 	switch b.state {
 	case stIdle:
@@ -379,6 +421,7 @@ func (b *branch) Rollback(ctx context.Context) error {
 	b.stopWork(errRollingBack)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.closeRows()
 	b.disarm()
 	switch b.state {
 	case stIdle:
@@ -429,6 +472,11 @@ func (b *branch) Rollback(ctx context.Context) error {
 func (b *branch) CommitOnePhase(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closeRows() && b.state == stActive {
+		b.disarm()
+		b.rollbackAndEnd(ctx, true)
+		return b.err(opCommit1P, xa.ErrRolledBack, errRowsOpen)
+	}
 	b.disarm()
 	switch b.state {
 	case stIdle:
@@ -498,6 +546,9 @@ func (b *branch) Close() error {
 // ready checks, before a statement is sent, that the branch takes work,
 // and screens the statement.
 func (b *branch) ready(ctx context.Context, query string) error {
+	if b.rowsOpen() {
+		return b.err(opExec, xa.ErrSessionBusy, fmt.Errorf("refused, not sent: close the Rows of the earlier query first: %.60q", query))
+	}
 	b.disarm()
 	switch b.state {
 	case stIdle, stActive:

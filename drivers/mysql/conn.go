@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/xadb/xa/xa"
@@ -258,11 +259,20 @@ func (b *branch) statementDone(query string, err error, cause error) error {
 
 // QueryContext runs a query on the branch's session. As the first
 // statement of the branch it costs an extra round trip for XA START.
-// Until the rows are closed, the contexts keep bounding the query.
+// Until the rows are closed, the contexts keep bounding the query, and the
+// session runs no other statement: one started meanwhile fails at once with
+// an error matching xa.ErrSessionBusy. Rows still open when the branch ends
+// are closed then (Prepare and CommitOnePhase roll the branch back: the
+// application may still be reading).
 func (c *Conn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	b := c.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.query(ctx, query, args)
+}
+
+// query runs a query for QueryContext and QueryRowContext; b.mu is held.
+func (b *branch) query(ctx context.Context, query string, args []any) (*sql.Rows, error) {
 	if err := b.ready(ctx, query); err != nil {
 		return nil, err
 	}
@@ -278,43 +288,65 @@ func (c *Conn) QueryContext(ctx context.Context, query string, args ...any) (*sq
 		return nil, b.statementDone(query, err, cause)
 	}
 	b.pending = g
+	b.rows = rows
 	return rows, nil
 }
 
 // QueryRowContext runs a query expected to return at most one row; errors
-// are deferred to Row.Scan, as with database/sql.
+// are deferred to Row.Scan, as with database/sql. The first row is read
+// and the query's rows are closed before QueryRowContext returns, so a Row
+// that is never scanned does not keep the session busy.
 func (c *Conn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	b := c.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.ready(ctx, query); err != nil {
+	rows, err := b.query(ctx, query, args)
+	if err != nil {
 		return errRow(err)
 	}
-	if b.state == stIdle {
-		if err := b.start(ctx); err != nil {
-			return errRow(err)
+	r := &replay{}
+	cols, err := rows.Columns()
+	if err == nil && rows.Next() {
+		r.cols = cols
+		r.vals = make([]driver.Value, len(cols))
+		dest := make([]any, len(cols))
+		for i := range dest {
+			dest[i] = &r.vals[i]
 		}
+		err = rows.Scan(dest...)
+		r.has = err == nil
 	}
-	drv, g := b.s.watch(ctx, b.work)
-	row := b.s.conn.QueryRowContext(drv, query, args...)
-	if err := row.Err(); err != nil {
-		ferr, cause := g.finish(err)
-		if mapped := b.statementDone(query, ferr, cause); mapped != err {
-			return errRow(mapped)
+	if cerr := rows.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = rows.Err()
+	}
+	b.rows = nil
+	if err != nil {
+		ferr, cause := b.pending.finish(err)
+		b.pending = nil
+		if mapped := b.statementDone(query, ferr, cause); mapped != nil {
+			err = mapped
 		}
-		return row
+		return errRow(err)
 	}
-	b.pending = g
-	return row
+	b.disarm()
+	return replayRow(r)
 }
 
 // errRow returns a *sql.Row whose Scan and Err return err. database/sql
-// offers no constructor for a Row carrying an error, so this goes through
-// a database/sql handle on a tiny in-process driver whose only query fails
-// with the error it finds in the context. No database is involved.
-func errRow(err error) *sql.Row {
+// offers no constructor for a Row, so this goes through a database/sql
+// handle on a tiny in-process driver whose only query answers what it
+// finds in the context. No database is involved.
+func errRow(err error) *sql.Row { return replayRow(&replay{err: err}) }
+
+// replayRow returns a *sql.Row that scans r: the row QueryRowContext read
+// (the driver's own values, converted by Scan as database/sql converts
+// them), no row (sql.ErrNoRows) or r.err.
+func replayRow(r *replay) *sql.Row {
 	errDBOnce.Do(func() { errDB = sql.OpenDB(errConnector{}) })
-	return errDB.QueryRowContext(context.WithValue(context.Background(), rowErrKey{}, err), "")
+	return errDB.QueryRowContext(context.WithValue(context.Background(), rowErrKey{}, r), "")
 }
 
 var (
@@ -323,6 +355,14 @@ var (
 )
 
 type rowErrKey struct{}
+
+// replay is what a replayed Row holds.
+type replay struct {
+	cols []string
+	vals []driver.Value
+	has  bool // a row was read
+	err  error
+}
 
 type errConnector struct{}
 
@@ -342,8 +382,30 @@ func (errConn) Close() error                        { return nil }
 func (errConn) Begin() (driver.Tx, error)           { return nil, errNoStatements }
 
 func (errConn) QueryContext(ctx context.Context, _ string, _ []driver.NamedValue) (driver.Rows, error) {
-	if err, ok := ctx.Value(rowErrKey{}).(error); ok {
-		return nil, err
+	r, ok := ctx.Value(rowErrKey{}).(*replay)
+	if !ok {
+		return nil, errNoStatements
 	}
-	return nil, errNoStatements
+	if r.err != nil {
+		return nil, r.err
+	}
+	return &replayRows{r: r}, nil
+}
+
+// replayRows yields a replay's row, if any.
+type replayRows struct {
+	r    *replay
+	done bool
+}
+
+func (rr *replayRows) Columns() []string { return rr.r.cols }
+func (rr *replayRows) Close() error      { return nil }
+
+func (rr *replayRows) Next(dest []driver.Value) error {
+	if rr.done || !rr.r.has {
+		return io.EOF
+	}
+	rr.done = true
+	copy(dest, rr.r.vals)
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -173,7 +174,8 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 	mc, ok := dc.(mysqlDriverConn)
 	if !ok {
 		dc.Close()
-		return nil, fmt.Errorf("mysql: go-sql-driver connection %T lacks an interface this package needs", dc)
+		return nil, fmt.Errorf("mysql: connection %T lacks an interface this package needs (%s): "+
+			"a Config.Connector wrapper must keep go-sql-driver's", dc, missingInterfaces(dc))
 	}
 	w := &drvConn{mysqlDriverConn: mc, rm: c.rm, dialed: dialed}
 	// One round trip on MariaDB; MySQL 8 has its status in
@@ -330,4 +332,31 @@ func containsFold(s, w string) bool {
 		}
 	}
 	return false
+}
+
+// missingInterfaces names the interfaces of mysqlDriverConn that c lacks.
+func missingInterfaces(c driver.Conn) string {
+	var out []string
+	check := func(name string, ok bool) {
+		if !ok {
+			out = append(out, name)
+		}
+	}
+	_, ok := c.(driver.ConnBeginTx)
+	check("ConnBeginTx", ok)
+	_, ok = c.(driver.ConnPrepareContext)
+	check("ConnPrepareContext", ok)
+	_, ok = c.(driver.ExecerContext)
+	check("ExecerContext", ok)
+	_, ok = c.(driver.QueryerContext)
+	check("QueryerContext", ok)
+	_, ok = c.(driver.Pinger)
+	check("Pinger", ok)
+	_, ok = c.(driver.SessionResetter)
+	check("SessionResetter", ok)
+	_, ok = c.(driver.Validator)
+	check("Validator", ok)
+	_, ok = c.(driver.NamedValueChecker)
+	check("NamedValueChecker", ok)
+	return strings.Join(out, ", ")
 }

@@ -41,8 +41,10 @@
 //  1. Open one RM per participant database, with a Name that is stable
 //     across restarts, and Close it at the end.
 //  2. Start a branch per global transaction and run the application's
-//     statements through Branch.Session().(*Conn). Use one goroutine at a
-//     time per Conn, and close Rows before the next statement.
+//     statements through Branch.Session().(*Conn), or its DB (a *sql.DB on
+//     the same session, for database/sql libraries). Use one goroutine at
+//     a time per Conn, and close Rows before the next statement: one
+//     started while they are open fails at once with xa.ErrSessionBusy.
 //  3. Prepare every branch; then Commit or Rollback each prepared branch
 //     on the Branch (same session), or CommitOnePhase a single branch.
 //  4. Record Branch.Origin() (an xa.OriginReporter) with the commit

@@ -170,10 +170,17 @@ type precheckResult struct {
 // has ended its branches since from.Prepared.
 func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Origin) (pc precheckResult, err error) {
 	checkSession := from.Session != 0 && !rm.ownSessionWithout(from)
+	// Without an origin (presumed abort, a sink's restore of an undecided
+	// branch) the session that may hold the branch is not known: see
+	// closingSession.
+	checkClosing := from.Session == 0 && (s.server.mariaDB || !s.server.detachOnPrepare) && !rm.lacksProcess()
 	q := "XA RECOVER"
-	if checkSession {
+	switch {
+	case checkSession:
 		q = serverStartQuery(s.server) + "; SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " +
 			strconv.FormatUint(from.Session, 10) + "; " + q
+	case checkClosing:
+		q = "SELECT ID FROM information_schema.PROCESSLIST; " + q
 	}
 	rows, err := s.conn.QueryContext(ctx, q)
 	if err != nil {
@@ -182,6 +189,19 @@ func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Orig
 	defer rows.Close()
 	var started int64
 	var inList int
+	connected := map[uint64]bool{}
+	if checkClosing {
+		for rows.Next() {
+			var id uint64
+			if err := rows.Scan(&id); err != nil {
+				return pc, fmt.Errorf("process list: %w", err)
+			}
+			connected[id] = true
+		}
+		if !rows.NextResultSet() {
+			return pc, fmt.Errorf("XA RECOVER returned no result: %w", rows.Err())
+		}
+	}
 	if checkSession {
 		if err := scanOne(rows, &started); err != nil {
 			return pc, fmt.Errorf("server start time: %w", err)
@@ -207,6 +227,9 @@ func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Orig
 				pc.twin = &r.branch
 			}
 		}
+	}
+	if checkClosing && pc.listed {
+		return pc, rm.closingSession(ctx, s, got, connected, &pc)
 	}
 	if !checkSession {
 		return pc, nil
@@ -251,6 +274,42 @@ func (rm *RM) precheck(ctx context.Context, s *session, xid xa.XID, from xa.Orig
 		// elsewhere could lose.
 	}
 	return pc, nil
+}
+
+// closingSession sets pc.alive when a session of the server is closing
+// while InnoDB still holds a transaction of it: a session gone from the
+// process list (connected, read before got) whose thread id INNODB_TRX
+// still shows. Phase 2 of a branch whose origin is not known cannot wait
+// for its own preparing session, as Commit and Rollback with an origin do;
+// that session may be this closing one, and an XA COMMIT or XA ROLLBACK
+// from elsewhere in that window can answer success without effect and
+// leave the branch prepared inside InnoDB, unlisted, holding its locks
+// until a restart (fact 7). So it waits until no session is closing. This
+// narrows the window to the moment between the reading and the command;
+// it does not close it (nothing on the server maps an XID to its session).
+// Without the PROCESS privilege nothing can be seen: the command goes out,
+// as before.
+func (rm *RM) closingSession(ctx context.Context, s *session, got time.Time, connected map[uint64]bool, pc *precheckResult) error {
+	reading, err := rm.freshTrx(ctx, s, got)
+	switch {
+	case errNumber(err) == erSpecificAccess:
+		// The snapshot transaction of the reading is still open.
+		if err := s.exec(ctx, "ROLLBACK"); err != nil {
+			return err
+		}
+		rm.noProcess.Store(time.Now().UnixNano())
+		return nil
+	case err != nil:
+		return err
+	}
+	for id := range reading.threads {
+		if !connected[id] {
+			pc.alive = fmt.Errorf("session %d is closing while InnoDB still holds its transaction, and the session that prepared "+
+				"this branch is not known: it may be that one, and phase 2 from another session could be lost now (fact 7)", id)
+			return nil
+		}
+	}
+	return nil
 }
 
 // noProcessRecheck is how long an RM that found itself without the PROCESS

@@ -120,6 +120,61 @@ func TestFact7Race(t *testing.T) {
 		t.Fatalf("after restart: %d rows, %v", rows, err)
 	}
 	mustExec(t, raw, "DELETE FROM r")
+
+	// Part 4: through the RM, without an origin (presumed abort, a sink's
+	// restore of an undecided branch): Branch.Close, then RM.Rollback
+	// with no Origin, retried on ErrRetryable. Every rollback must take
+	// effect: nothing may stay prepared, unlisted, before or after a
+	// restart.
+	var closing atomic.Int64
+	retries.Store(0)
+	runClients(n, func(i int) {
+		x := newXID(t)
+		b, err := rm.Start(ctx, x)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := conn(b).ExecContext(ctx, "INSERT INTO r VALUES (?)", i); err != nil {
+			t.Error(err)
+			return
+		}
+		if v, err := b.Prepare(ctx); v != xa.VotePrepared {
+			t.Errorf("vote %v: %v", v, err)
+			return
+		}
+		b.Close()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := rm.Rollback(ctx, x, xa.Origin{})
+			if err == nil {
+				return
+			}
+			if !xa.Retryable(err) || time.Now().After(deadline) {
+				t.Errorf("RM.Rollback %v: %v", x, err)
+				return
+			}
+			retries.Add(1)
+			if strings.Contains(err.Error(), "is closing") {
+				closing.Add(1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	time.Sleep(200 * time.Millisecond) // INNODB_TRX snapshot age
+	if ghosts, err = rm.UnlistedPrepared(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fact 7, through RM.Rollback without an origin, %d branches: %d retries (%d: a session was closing), UnlistedPrepared %d",
+		n, retries.Load(), closing.Load(), ghosts)
+	srv.Restart(t)
+	if ps := recoverList(t, raw); ghosts != 0 || len(ps) != 0 {
+		t.Fatalf("rollbacks without an origin that did not take effect: %d prepared branches not in XA RECOVER; after a restart %d prepared again",
+			ghosts, len(ps))
+	}
+	if err := raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM r").Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("after restart: %d rows, %v; want none", rows, err)
+	}
 }
 
 // rawRace runs one raw-SQL part of TestFact7Race, restarts the server to

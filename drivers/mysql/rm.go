@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,18 @@ type Config struct {
 	// and Check can be called later). The participant's identity is then
 	// read by the first session the pool opens.
 	SkipCheck bool
+	// Connector, if set, wraps go-sql-driver's connector of the RM's
+	// sessions: driver-level tracing or metrics, such as an OpenTelemetry
+	// database/sql instrumentation's connector wrapper. It sees every
+	// statement of the branches, the XA commands included, with the
+	// caller's context values (a traced global transaction's span) but
+	// never its cancellation: the RM cancels statements with KILL QUERY.
+	// The connections it makes must keep the interfaces go-sql-driver's
+	// have (ConnBeginTx, ConnPrepareContext, ExecerContext, QueryerContext,
+	// Pinger, SessionResetter, Validator, NamedValueChecker) and pass
+	// driver.ErrSkip through; a connection that lacks one is refused when
+	// it is made, with an error naming the interfaces.
+	Connector func(driver.Connector) driver.Connector
 
 	// Init makes Open create the participant's identity (a one-row table
 	// of the DSN's database, see identity.go) when it is missing. It is
@@ -124,7 +137,13 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 	if rm.now == nil {
 		rm.now = time.Now
 	}
-	rm.db = sql.OpenDB(&connector{inner: inner, rm: rm})
+	var wrapped driver.Connector = inner
+	if cfg.Connector != nil {
+		if wrapped = cfg.Connector(inner); wrapped == nil {
+			return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Err: errors.New("mysql: Config.Connector returned nil")}
+		}
+	}
+	rm.db = sql.OpenDB(&connector{inner: wrapped, rm: rm})
 	tr, _ := sharedReadings.LoadOrStore(dsn.Net+"("+dsn.Addr+")/"+dsn.User, &trxReadings{})
 	rm.trx = tr.(*trxReadings)
 	n := cfg.MaxConns

@@ -151,9 +151,10 @@ type guard struct {
 }
 
 // watch arms a guard for a and b (b may be nil) and returns the context
-// to hand to the driver.
+// to hand to the driver: a's values (a traced statement's span, for a
+// Config.Connector wrapper), none of its cancellation.
 func (s *session) watch(a, b context.Context) (context.Context, *guard) {
-	drv, cancel := context.WithCancel(context.Background())
+	drv, cancel := context.WithCancel(context.WithoutCancel(a))
 	g := &guard{s: s, fired: make(chan struct{}), cancelDrv: cancel}
 	g.stopA = context.AfterFunc(a, func() { g.kill(a) })
 	if b != nil {

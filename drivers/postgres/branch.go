@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -55,6 +56,7 @@ type branch struct {
 	wrote     bool          // a statement certainly wrote
 	failed    error         // the error that aborted the open transaction (TxStatus E)
 	broken    *xa.Error     // the session can no longer carry the branch; it votes abort
+	db        *sql.DB       // Conn.DB, closed when life ends
 }
 
 var (
@@ -107,7 +109,7 @@ func (b *branch) begin(ctx context.Context, op string) (ok bool, err error) {
 	b.endLife(errBranchEnded)
 	if running {
 		b.rollbackActive(ctx)
-		return false, b.err(op, xa.ErrRolledBack, errors.New("a statement was still running on the session (or its Rows or BatchResults were not closed); the branch was rolled back"))
+		return false, b.err(op, xa.ErrRolledBack, fmt.Errorf("%w: a statement was still running on the session (or its Rows or BatchResults were not closed); the branch was rolled back", xa.ErrSessionBusy))
 	}
 	return true, nil
 }

@@ -75,7 +75,7 @@ func (b *branch) enter(ctx context.Context) (*stmt, error) {
 		return nil, b.broken
 	case b.running != nil:
 		b.mu.Unlock()
-		return nil, b.err(opExec, nil, errors.New("session busy: another statement is running, or its Rows or BatchResults are not closed"))
+		return nil, b.err(opExec, xa.ErrSessionBusy, errors.New("another statement is running, or its Rows or BatchResults are not closed; nothing was sent"))
 	case b.life.Err() != nil:
 		b.mu.Unlock()
 		return nil, b.err(opExec, nil, fmt.Errorf("the branch's context is done: %w", context.Cause(b.life)))

@@ -85,6 +85,18 @@ type Config struct {
 	// moved to a new cluster by pg_upgrade, which changes the system
 	// identifier. Never for a copy meant to be a participant of its own.
 	Adopt bool
+
+	// Tracer, if set, is pgx's tracer for every connection of the pool
+	// (pgx.ConnConfig.Tracer): driver-level tracing such as an
+	// OpenTelemetry pgx instrumentation. It sees the application's
+	// statements with their context (inside a traced global transaction,
+	// one carrying its span). A branch's first statement goes in a batch
+	// with BEGIN, so implement pgx.BatchTracer too (CopyFromTracer,
+	// PrepareTracer and ConnectTracer are used as well). The transaction
+	// manager's own commands (PREPARE TRANSACTION, COMMIT PREPARED ...)
+	// go through pgconn and are not seen: the xa spans (xa.Config.Tracer)
+	// cover them.
+	Tracer pgx.QueryTracer
 }
 
 // RM is a PostgreSQL resource manager: it implements xa.ResourceManager
@@ -133,6 +145,9 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 	pc.MaxConns = cfg.MaxConns
 	if pc.MaxConns <= 0 {
 		pc.MaxConns = DefaultMaxConns
+	}
+	if cfg.Tracer != nil {
+		pc.ConnConfig.Tracer = cfg.Tracer
 	}
 	if pc.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol {
 		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec

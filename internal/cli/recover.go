@@ -131,6 +131,7 @@ there may be in doubt); 1 when a participant could not be listed.`,
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			m := metrics.New(reg)
+			m.SetGrace(sc.Grace())
 			if metricsAddr != "" {
 				ln, err := net.Listen("tcp", metricsAddr)
 				if err != nil {

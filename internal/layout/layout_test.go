@@ -36,7 +36,7 @@ var testRigs = []string{"internal/testrig/dbtest", "internal/testrig/memrm", "in
 const lab = "internal/lab"
 
 // product are the product's packages, as go list patterns.
-var product = []string{"xa", "drivers/...", "recovery", "recovery/filelog", "metrics", "sink/...", "internal/cli", "internal/config", "cmd/xactl"}
+var product = []string{"xa", "drivers/...", "recovery", "recovery/filelog", "metrics", "otelxa", "sink/...", "internal/cli", "internal/config", "cmd/xactl"}
 
 // testHelpers are the exported test helpers: test code, importable by
 // other modules, so nothing under internal/.
@@ -49,6 +49,12 @@ const operatorBinary = "cmd/xactl"
 var (
 	pebble  = []string{"github.com/cockroachdb/pebble"}
 	drivers = []string{module + "/drivers", "github.com/go-sql-driver/mysql", "github.com/jackc/pgx"}
+	// dataLayers are the data-access libraries internal/datalayer's tests
+	// run on enlisted sessions: test-only dependencies.
+	dataLayers = []string{"gorm.io", "github.com/jmoiron/sqlx", "github.com/uptrace/bun", "entgo.io", module + "/internal/datalayer"}
+	// otelSDK: the product speaks OpenTelemetry's API only; the
+	// application brings the SDK.
+	otelSDK = []string{"go.opentelemetry.io/otel/sdk"}
 )
 
 // pkg is one package as go list -deps -json describes it.
@@ -209,6 +215,17 @@ func TestProductImportsNoLabNorRig(t *testing.T) {
 			continue // test code: TestHelpersImportNoInternal
 		}
 		deps(t, p).forbid(t, "product package "+p+" depends on lab, test-rig or Pebble code", banned...)
+	}
+}
+
+// TestProductImportsNoDataLayerNorOtelSDK: the data-access libraries
+// are test-only dependencies (internal/datalayer runs them on enlisted
+// sessions), and the product traces through OpenTelemetry's API alone.
+func TestProductImportsNoDataLayerNorOtelSDK(t *testing.T) {
+	t.Parallel()
+	banned := append(append([]string{}, dataLayers...), otelSDK...)
+	for _, p := range expand(t, product...) {
+		deps(t, p).forbid(t, "product package "+p+" depends on a data-access library or the OpenTelemetry SDK", banned...)
 	}
 }
 

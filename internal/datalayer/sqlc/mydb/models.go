@@ -1,0 +1,6 @@
+package mydb
+
+type Account struct {
+	ID      int32
+	Balance int32
+}

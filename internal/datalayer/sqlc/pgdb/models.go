@@ -1,0 +1,6 @@
+package pgdb
+
+type Account struct {
+	ID      int32
+	Balance int32
+}
