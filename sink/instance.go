@@ -856,9 +856,18 @@ func (in *instance) Sweep(ctx context.Context) error {
 	return in.resolve(ctx, View{Incarnation: in.inc, InFlight: in.inFlight, Grace: in.s.cfg.RestoreGrace})
 }
 
-// AbortLingering resolves the sink's branches with the external rules.
+// AbortLingering resolves the sink's branches with the external rules,
+// retrying for up to RestoreWait what it cannot finish yet (a MySQL branch
+// whose preparing session is still closing: MariaDB, fact 7), as taking
+// partitions does. An identity error is not retried.
 func (in *instance) AbortLingering(ctx context.Context, restored uint64) error {
-	return in.resolve(ctx, View{External: true, Generation: in.generation, Restored: restored})
+	deadline := time.Now().Add(in.s.cfg.RestoreWait)
+	for attempt := 0; ; attempt++ {
+		err := in.resolve(ctx, View{External: true, Generation: in.generation, Restored: restored})
+		if err == nil || errors.Is(err, xa.ErrIdentity) || time.Now().After(deadline) || !sleep(ctx, backoff(attempt)) {
+			return err
+		}
+	}
 }
 
 // resolve is restore's step 2.
