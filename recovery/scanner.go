@@ -868,6 +868,17 @@ func (s *Scanner) takeFence(ctx context.Context, st *scanState, b *Branch, force
 		return xa.CommitRecord{}, false, fmt.Errorf("recovery: reading the decision log's delegations: %w", err)
 	}
 	for _, d := range delegations {
+		// A delegation recorded since the scan compared the decision
+		// tables with the log's (a coordinator delegated for the first
+		// time while this scan listed) was not compared: the table this
+		// participant reaches may be another one, and a marker there
+		// fences nothing.
+		if ds := st.stores[d.Participant]; ds != nil && d.TableID != "" {
+			if err := tableIdentity(s.participant(d.Participant), d); err != nil {
+				st.unfit[d.Participant] = err
+				delete(st.stores, d.Participant)
+			}
+		}
 		if st.stores[d.Participant] == nil && !forced {
 			b.Verdict = Blocked
 			b.Reason = s.undelegated(st, d.Participant)
