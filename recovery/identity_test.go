@@ -299,3 +299,75 @@ func TestFenceChecksADelegationRecordedDuringTheScan(t *testing.T) {
 		t.Fatalf("forced rollback: %v, markers %d; want nothing claimed in a table that is not the delegated one", err, pgDB.AbortMarkers())
 	}
 }
+
+// decisionsHook is a decision store that runs a function before its
+// decisions are read.
+type decisionsHook struct {
+	idRM
+	before func()
+}
+
+func (r *decisionsHook) Decisions(ctx context.Context) ([]xa.CommitRecord, error) {
+	r.before()
+	return r.idRM.Decisions(ctx)
+}
+
+// The scan compares the participants with the log's records, then reads
+// the decisions stored in last resources. A coordinator that records maria
+// for the first time in between (a new log, or a participant new to it),
+// prepares maria's branch and commits last in pg leaves a decision the
+// scan reads, naming a participant whose record the scan did not see. This
+// scanner's maria reaches a staging database, which lists nothing: the
+// decision must not be forgotten on its strength (maria's real branch
+// would then have no decision and be presumed aborted, with pg
+// committed). Before, the scan forgot it.
+func TestStoredDecisionNamingAParticipantRecordedDuringTheScan(t *testing.T) {
+	ctx := context.Background()
+	log := oldLog(t, "n1", 2*time.Hour)
+	realMaria := idRM{RM: memrm.New("maria", memrm.NewDB(), nil), id: storeID(t, "maria")}
+	staging := idRM{RM: memrm.New("maria", memrm.NewDB(), nil), id: storeID(t, "staging")}
+	pgDB := memrm.NewDB()
+	table := storeID(t, "").ID
+	pgRM := idRM{RM: memrm.New("pg", pgDB, nil).EnableLastResource(), id: storeID(t, "bank"), tableID: table}
+	if err := log.LogParticipant(ctx, xa.ParticipantRecord{Name: "pg", Identity: pgRM.id}); err != nil {
+		t.Fatal(err)
+	}
+	if err := log.LogDelegation(ctx, xa.Delegation{Participant: "pg", Table: "public.xa_decisions", TableID: table}); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := xa.NewGlobalID("n1", time.Now())
+	ref := xa.BranchRef{ID: g, Index: 0, Log: log.Identity().ID}
+	pg := &decisionsHook{idRM: pgRM, before: func() {
+		// The coordinator, while the scan runs.
+		if err := log.LogParticipant(ctx, xa.ParticipantRecord{Name: "maria", Identity: realMaria.id}); err != nil {
+			t.Error(err)
+		}
+		x0 := preparedRef(t, realMaria.RM, ref)
+		b, err := pgRM.Start(ctx, xa.BranchRef{ID: g, Index: 1, Log: log.Identity().ID}.XID())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := b.(*memrm.Branch).Put(ctx, 1, 1); err != nil {
+			t.Error(err)
+		}
+		if err := b.(xa.LastResource).CommitLast(ctx, xa.CommitRecord{ID: g, Logged: time.Now(), Branches: []xa.BranchRecord{{RM: "maria", XID: x0}}}); err != nil {
+			t.Error(err)
+		}
+	}}
+	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{staging, pg}, Log: log, Grace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := sc.Scan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := pgRM.Decision(ctx, g); !ok {
+		t.Fatalf("the decision of %s, whose maria branch is prepared on the recorded database, was forgotten while maria reached a staging database (forgotten %v, kept %+v)",
+			g, rep.Forgotten, rep.Kept)
+	}
+	if !errors.Is(rep.Mismatched["maria"], xa.ErrIdentity) {
+		t.Fatalf("Mismatched = %v; want maria", rep.Mismatched)
+	}
+}
