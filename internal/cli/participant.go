@@ -91,6 +91,7 @@ there since the log exists), or another one.`,
 					continue
 				}
 				v := participantInitView{Participant: pc.Name}
+				lost := lostIdentity(ctx, pc, recorded, logger)
 				err := tableForUntabledDelegation(ctx, pc, delegated, logger, adopt)
 				var p *participant
 				if err == nil {
@@ -122,6 +123,11 @@ there since the log exists), or another one.`,
 					v.Log = "no decision log configured"
 				default:
 					v.Log = compareRecorded(pc.Name, v.Identity, recorded, table, delegated)
+					if r := recorded[pc.Name]; lost && v.Identity != r.Identity.ID && strings.HasPrefix(v.Log, mismatch) {
+						v.Log += fmt.Sprintf(" -- this run made the identity %s: the database had none. If it is the recorded database and its identity row "+
+							"was lost, restore the recorded id (UPDATE xa_participant SET id = '%s', in the identity table this participant uses) "+
+							"and it is the recorded participant again; the decision log refuses any other id under this name", v.Identity, r.Identity.ID)
+					}
 				}
 				out = append(out, v)
 			}
@@ -154,6 +160,27 @@ there since the log exists), or another one.`,
 	}
 	cmd.Flags().BoolVar(&adopt, "adopt", false, "PostgreSQL: re-anchor an existing identity to the database that answers (after pg_upgrade)")
 	return cmd
+}
+
+// lostIdentity reports whether pc's database has no identity while the
+// decision log records one under its name: either its identity row was
+// lost (a tool dropped the table, a restore left it out), or the name
+// reaches another database. Init then makes a new id, which the log
+// refuses under this name for ever; the operator is told how to restore
+// the recorded one.
+func lostIdentity(ctx context.Context, pc config.Participant, recorded map[string]xa.ParticipantRecord, log *slog.Logger) bool {
+	if _, ok := recorded[pc.Name]; !ok {
+		return false
+	}
+	bare := pc
+	bare.DecisionTable = ""
+	p, err := openParticipantWith(ctx, bare, log, drivers.Options{})
+	if err == nil {
+		p.close()
+		return false
+	}
+	var ie *xa.IdentityError
+	return errors.As(err, &ie) && ie.Found.ID == ""
 }
 
 // tableForUntabledDelegation refuses to create pc's decision table when

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,4 +133,42 @@ func TestUpgradeParticipantInitFindsNoDecisionTable(t *testing.T) {
 	e.runWith(right, "participant", "init").want(t, 0)
 	e.recoverUntilClean(right)
 	e.wantRows(13, true, true)
+}
+
+// A participant's identity row is lost (a migration tool dropped the table
+// it did not know, a restore left it out) while the decision log records
+// its identity. Every message about a database without identity says to
+// run xactl participant init, which makes a new identity; the log refuses
+// it under the recorded name for ever (every transaction of the
+// application aborts, recovery never acts there again), and init said
+// only "this is another database" - of the very database the log
+// recorded. It must say that it made the identity, and how to restore the
+// recorded one; restored, the participant is the recorded one again.
+func TestParticipantInitSaysHowToRestoreALostIdentity(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id, err := e.pgRM.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := filelog.Open(e.logDir, filelog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.LogParticipant(e.ctx, xa.ParticipantRecord{Name: pgName, Identity: id, Logged: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if err := e.pg.Server.Exec(e.ctx, e.pg.Name, "DROP TABLE xa_participant"); err != nil {
+		t.Fatal(err)
+	}
+	r := e.run("participant", "init", pgName).want(t, 3)
+	if !strings.Contains(r.stdout, "this run made the identity") || !strings.Contains(r.stdout, "SET id = '"+id.ID+"'") {
+		t.Fatalf("participant init made a new identity for a database whose recorded identity (%s) was lost, without saying how to restore it: %s", id.ID, r)
+	}
+	// The operator restores the id as told: the participant is back.
+	if err := e.pg.Server.Exec(e.ctx, e.pg.Name, "UPDATE xa_participant SET id = '"+id.ID+"'"); err != nil {
+		t.Fatal(err)
+	}
+	e.run("participant", "init", pgName).want(t, 0).stdoutHas(t, "decision log: recorded")
 }
