@@ -430,6 +430,26 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 			recs = append(recs, r)
 		}
 	}
+	// The decisions just read from the stores may be younger than the
+	// participant records compared above (a coordinator that used a
+	// participant for the first time since): it records a participant
+	// before it prepares there, so the records read now cover every
+	// branch those decisions name.
+	later, err := s.recheckParticipants(ctx, ids)
+	if err != nil {
+		return rep, err
+	}
+	for name, err := range later {
+		ids.participants[name] = err
+		st.unfit[name] = err
+		delete(st.stores, name)
+		if rep.Mismatched == nil {
+			rep.Mismatched = map[string]error{}
+		}
+		rep.Mismatched[name] = err
+		rep.Errors = append(rep.Errors, err)
+		s.log.Error("participant not acted on: it is not the store the decision log recorded", "rm", name, "err", err)
+	}
 	var why []string
 	for _, d := range delegations {
 		switch {
@@ -868,6 +888,17 @@ func (s *Scanner) takeFence(ctx context.Context, st *scanState, b *Branch, force
 		return xa.CommitRecord{}, false, fmt.Errorf("recovery: reading the decision log's delegations: %w", err)
 	}
 	for _, d := range delegations {
+		// A delegation recorded since the scan compared the decision
+		// tables with the log's (a coordinator delegated for the first
+		// time while this scan listed) was not compared: the table this
+		// participant reaches may be another one, and a marker there
+		// fences nothing.
+		if ds := st.stores[d.Participant]; ds != nil && d.TableID != "" {
+			if err := tableIdentity(s.participant(d.Participant), d); err != nil {
+				st.unfit[d.Participant] = err
+				delete(st.stores, d.Participant)
+			}
+		}
 		if st.stores[d.Participant] == nil && !forced {
 			b.Verdict = Blocked
 			b.Reason = s.undelegated(st, d.Participant)

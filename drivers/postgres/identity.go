@@ -24,9 +24,9 @@ import (
 // database that answers; a row without its anchors is a copy, and a
 // database without the row, or a standby (pg_is_in_recovery()), has no
 // identity: Open fails with an *xa.IdentityError. Every session the pool
-// opens afterwards reads the row again in its first round trip, so a DSN
-// that starts to reach another database (a DNS change, a failover to a
-// stranger) is refused there.
+// opens afterwards reads the row and compares its anchors again in its
+// first round trip, so a DSN that starts to reach another database (a DNS
+// change, a failover to a stranger, a restored copy) is refused there.
 //
 // A decision table carries an identity of its own in a reserved row
 // (gtrid identityKey, aborted false): a table found under the configured
@@ -194,16 +194,20 @@ func (rm *RM) readIdentity(ctx context.Context, table string) (xa.StoreIdentity,
 }
 
 // checkSession is the pool's AfterConnect: every new session reads the
-// identity row again, in its first round trip, and is refused when another
-// database (or a standby) answers.
+// identity row and its anchors again, in its first round trip, and is
+// refused when another database, a copy (or a standby) answers.
 func (rm *RM) checkSession(ctx context.Context, c *pgx.Conn) error {
 	want := rm.ident.Load()
 	if want == nil {
 		return nil
 	}
 	var id string
-	var standby bool
-	err := c.QueryRow(ctx, "SELECT (SELECT id FROM "+rm.identTable+"), pg_is_in_recovery()", pgx.QueryExecModeExec).Scan(&id, &standby)
+	var standby, anchored bool
+	// The anchors too, as Open checks them: a copy (a dump restored into
+	// another database or cluster) carries the id.
+	err := c.QueryRow(ctx, "SELECT i.id, i.system_identifier = (SELECT system_identifier::text FROM pg_control_system()) "+
+		"AND i.database_oid = (SELECT oid FROM pg_database WHERE datname = current_database()), pg_is_in_recovery() "+
+		"FROM (SELECT 1) one LEFT JOIN "+rm.identTable+" i ON true", pgx.QueryExecModeExec).Scan(&id, &anchored, &standby)
 	switch {
 	case err != nil:
 		return &xa.IdentityError{Store: fmt.Sprintf("participant %q", rm.name), Expected: *want,
@@ -215,6 +219,10 @@ func (rm *RM) checkSession(ctx context.Context, c *pgx.Conn) error {
 	case id != want.ID:
 		return &xa.IdentityError{Store: fmt.Sprintf("participant %q", rm.name), Expected: *want, Found: xa.StoreIdentity{ID: id},
 			Why: "a new session reached another database than the participant was opened on",
+			Fix: "check the DSN (host, port, database) and restart"}
+	case !anchored:
+		return &xa.IdentityError{Store: fmt.Sprintf("participant %q", rm.name), Expected: *want, Found: xa.StoreIdentity{ID: id},
+			Why: "a new session reached a copy of the participant's database (its identity row was made in another database or cluster)",
 			Fix: "check the DSN (host, port, database) and restart"}
 	}
 	return nil
