@@ -14,7 +14,7 @@ import (
 // crashAt makes s crash (abandon every session) at step of checkpoint n.
 func crashAt(s *sink.Sink, step string, n uint64) {
 	sink.SetHook(s, func(st string, h sink.Handle) error {
-		if st == step && h.Txn == n {
+		if st == step && h.Checkpoint == n {
 			sink.Abandon(s)
 			return fmt.Errorf("%w at %s of checkpoint %d", errCrash, step, n)
 		}
@@ -130,7 +130,7 @@ func zombie(t *testing.T, progress, step string) {
 	a := e.open()
 	paused, resume := make(chan struct{}), make(chan struct{})
 	sink.SetHook(a, func(st string, h sink.Handle) error {
-		if st == step && h.Txn == 2 {
+		if st == step && h.Checkpoint == 2 {
 			close(paused)
 			<-resume
 		}

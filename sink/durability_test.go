@@ -42,7 +42,7 @@ func TestDecisionDurableWithSyncCommitOff(t *testing.T) {
 	sink.SetHook(a, func(step string, h sink.Handle) error {
 		// Branches commit in target order: maria first; "phase2"
 		// comes after its commit, before PostgreSQL's.
-		if step == "phase2" && h.Txn == 2 {
+		if step == "phase2" && h.Checkpoint == 2 {
 			decided = h
 			srv.Kill(t)
 			sink.Abandon(a)
@@ -53,17 +53,17 @@ func TestDecisionDurableWithSyncCommitOff(t *testing.T) {
 	if err := e.run(a, gensource.New(g)); !errors.Is(err, errCrash) && !errors.Is(err, sink.ErrClosed) {
 		t.Fatalf("the instance: %v", err)
 	}
-	if decided.Txn == 0 {
+	if decided.Checkpoint == 0 {
 		t.Fatal("checkpoint 2 never reached phase two")
 	}
 	srv.Start(t)
 	my, _ := e.counts()
 	n, err := e.pgCount(ctx, "SELECT count(*) FROM xa_sink_decisions WHERE sink = $1 AND incarnation = $2 AND checkpoint = $3 AND NOT aborted",
-		e.name, int64(decided.Incarnation), int64(decided.Txn))
+		e.name, int64(decided.Incarnation), int64(decided.Checkpoint))
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved, err := e.pgCount(ctx, "SELECT count(*) FROM xa_sink_progress WHERE sink = $1 AND checkpoint = $2", e.name, int64(decided.Txn))
+	moved, err := e.pgCount(ctx, "SELECT count(*) FROM xa_sink_progress WHERE sink = $1 AND checkpoint = $2", e.name, int64(decided.Checkpoint))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestFencesDurableWithSyncCommitOff(t *testing.T) {
 	crash()
 	sink.Abandon(s)
 	count("checkpoint 1's abort marker", "SELECT count(*) FROM xa_sink_decisions WHERE sink = $1 AND incarnation = $2 AND checkpoint = $3 AND aborted",
-		e.name, int64(h.Incarnation), int64(h.Txn))
+		e.name, int64(h.Incarnation), int64(h.Checkpoint))
 
 	// An incarnation and its epochs: the instance has written its
 	// first checkpoint's rows (to MariaDB), nothing is prepared.

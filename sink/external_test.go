@@ -139,8 +139,8 @@ func external(t *testing.T, progress string) {
 	if err := x.Commit(ctx, h11); err != nil {
 		t.Fatal(err)
 	}
-	if got := decidedOrder(t, e); !slices.Equal(got, []int64{int64(h10.Txn), int64(h11.Txn)}) {
-		t.Fatalf("decisions in the order %v, want %d then %d", got, h10.Txn, h11.Txn)
+	if got := decidedOrder(t, e); !slices.Equal(got, []int64{int64(h10.Checkpoint), int64(h11.Checkpoint)}) {
+		t.Fatalf("decisions in the order %v, want %d then %d", got, h10.Checkpoint, h11.Checkpoint)
 	}
 	if my, _ := e.counts(); my.rows != 600 {
 		t.Fatalf("after committing 11: %v", my)

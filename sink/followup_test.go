@@ -53,7 +53,7 @@ func TestSpentFencedByEmptyHandle(t *testing.T) {
 		t.Fatal(err)
 	}
 	h = roundTrip(t, h)
-	t.Logf("checkpoint 6's handle: txn %d, spent %v, %d branches, %d partitions", h.Txn, h.Spent, len(h.Branches), len(h.Partitions))
+	t.Logf("checkpoint 6's handle: txn %d, spent %v, %d branches, %d partitions", h.Checkpoint, h.Spent, len(h.Branches), len(h.Partitions))
 	if err := x.Commit(ctx, h); err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func (e *env) decidedNotCommitted(g gensource.Config) (my, pg sink.Ref) {
 	a := e.open()
 	var h sink.Handle
 	sink.SetHook(a, func(step string, hh sink.Handle) error {
-		if step == "decided" && hh.Txn == 2 {
+		if step == "decided" && hh.Checkpoint == 2 {
 			h = hh
 			sink.Abandon(a)
 			return errCrash

@@ -27,8 +27,8 @@ type instance struct {
 	log        *slog.Logger
 
 	mu     sync.Mutex
-	epochs map[string]int64 // self-driven: the partitions taken, with their epochs
-	live   map[uint64]*txn  // transactions begun and not finished, by number
+	epochs map[string]int64       // self-driven: the partitions taken, with their epochs
+	live   map[uint64]*checkpoint // checkpoints begun and not finished, by number
 	// spent (external): transactions of this incarnation whose Abort
 	// could not claim the abort marker. No handle names them, and
 	// Restore leaves transactions numbered at or below the restored
@@ -44,8 +44,10 @@ var (
 	_ Restorer          = (*instance)(nil)
 )
 
-// txn is the live state of one checkpoint's transaction.
-type txn struct {
+// checkpoint is the live state of one checkpoint of this instance: its
+// handle, its branches (one per target written), its buffered rows, and
+// the positions and epochs of its records.
+type checkpoint struct {
 	h         Handle
 	work      context.Context // bounds the branches' statements
 	stop      context.CancelFunc
@@ -61,7 +63,7 @@ type txn struct {
 // used by the goroutine driving the transaction; the branch itself is also
 // reached by Close (closeLive), hence the mutex around it.
 type liveBranch struct {
-	t        *target
+	c        *target
 	prepared bool // voted yes
 	maybe    bool // prepare's outcome unknown: may be prepared
 	origin   xa.Origin
@@ -92,25 +94,25 @@ func (lb *liveBranch) drop() xa.Branch {
 	return b
 }
 
-func (in *instance) get(h Handle) (*txn, error) {
+func (in *instance) get(h Handle) (*checkpoint, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	t := in.live[h.Txn]
-	if t == nil || h.Incarnation != in.inc {
+	c := in.live[h.Checkpoint]
+	if c == nil || h.Incarnation != in.inc {
 		return nil, fmt.Errorf("sink: transaction %s is not live in this instance", h.Ref("").String())
 	}
-	return t, nil
+	return c, nil
 }
 
 // lookup returns the live transaction of h, or nil (a handle from an
 // earlier process, or one finished).
-func (in *instance) lookup(h Handle) *txn {
+func (in *instance) lookup(h Handle) *checkpoint {
 	if h.Incarnation != in.inc {
 		return nil
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return in.live[h.Txn]
+	return in.live[h.Checkpoint]
 }
 
 func (in *instance) inFlight(n uint64) bool {
@@ -119,14 +121,14 @@ func (in *instance) inFlight(n uint64) bool {
 	return in.live[n] != nil
 }
 
-func (in *instance) finish(t *txn) {
-	if t == nil {
+func (in *instance) finish(c *checkpoint) {
+	if c == nil {
 		return
 	}
 	in.mu.Lock()
-	delete(in.live, t.h.Txn)
+	delete(in.live, c.h.Checkpoint)
 	in.mu.Unlock()
-	t.stop()
+	c.stop()
 }
 
 // closeLive closes every live branch's session without ending it: a
@@ -138,13 +140,13 @@ func (in *instance) closeLive() {
 	in.mu.Unlock()
 	// Statements still running are interrupted first (a branch's Close
 	// waits for its statement).
-	for _, t := range ts {
-		t.stop()
+	for _, c := range ts {
+		c.stop()
 	}
-	for _, t := range ts {
-		t.mu.Lock()
-		lbs := slices.Collect(maps.Values(t.branches))
-		t.mu.Unlock()
+	for _, c := range ts {
+		c.mu.Lock()
+		lbs := slices.Collect(maps.Values(c.branches))
+		c.mu.Unlock()
 		for _, lb := range lbs {
 			if b := lb.drop(); b != nil {
 				b.Close() //nolint:errcheck // best effort: the session is going
@@ -159,12 +161,12 @@ func (in *instance) Begin(ctx context.Context, n uint64) (Handle, error) {
 	if err := in.s.check(); err != nil {
 		return Handle{}, err
 	}
-	h := Handle{Sink: in.s.cfg.Name, Incarnation: in.inc, Txn: n}
+	h := Handle{Sink: in.s.cfg.Name, Incarnation: in.inc, Checkpoint: n}
 	if err := h.Ref(in.s.names[0]).Validate(); err != nil {
 		return Handle{}, err
 	}
 	work, stop := context.WithCancel(context.WithoutCancel(ctx))
-	t := &txn{h: h, work: work, stop: stop, branches: map[string]*liveBranch{}, bufs: map[string]*buffer{},
+	c := &checkpoint{h: h, work: work, stop: stop, branches: map[string]*liveBranch{}, bufs: map[string]*buffer{},
 		positions: map[string]string{}, epochs: map[string]int64{}}
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -172,7 +174,7 @@ func (in *instance) Begin(ctx context.Context, n uint64) (Handle, error) {
 		stop()
 		return Handle{}, fmt.Errorf("%w: transaction %d begun twice", ErrConfig, n)
 	}
-	in.live[n] = t
+	in.live[n] = c
 	return h, nil
 }
 
@@ -183,7 +185,7 @@ func (in *instance) Write(ctx context.Context, h Handle, records []Record) error
 	if err := in.s.check(); err != nil {
 		return err
 	}
-	t, err := in.get(h)
+	c, err := in.get(h)
 	if err != nil {
 		return err
 	}
@@ -195,7 +197,7 @@ func (in *instance) Write(ctx context.Context, h Handle, records []Record) error
 		r := &records[i]
 		if r.Partition != part || i == 0 {
 			if part != "" {
-				t.positions[part] = next
+				c.positions[part] = next
 			}
 			part = r.Partition
 			if part != "" {
@@ -209,8 +211,8 @@ func (in *instance) Write(ctx context.Context, h Handle, records []Record) error
 					}
 					epoch = e
 				}
-				if _, ok := t.epochs[part]; !ok {
-					t.epochs[part] = epoch
+				if _, ok := c.epochs[part]; !ok {
+					c.epochs[part] = epoch
 				}
 			}
 		}
@@ -228,9 +230,9 @@ func (in *instance) Write(ctx context.Context, h Handle, records []Record) error
 				if tb = in.s.tables[id]; tb == nil {
 					return &MappingError{Partition: r.Partition, Position: r.Next, Err: fmt.Errorf("no table %q", row.Table)}
 				}
-				if buf = t.bufs[id]; buf == nil {
+				if buf = c.bufs[id]; buf == nil {
 					buf = &buffer{}
-					t.bufs[id] = buf
+					c.bufs[id] = buf
 				}
 			}
 			if len(row.Values) != len(tb.Columns) {
@@ -245,25 +247,25 @@ func (in *instance) Write(ctx context.Context, h Handle, records []Record) error
 		}
 	}
 	if part != "" {
-		t.positions[part] = next
+		c.positions[part] = next
 	}
-	return in.flushFull(ctx, t)
+	return in.flushFull(ctx, c)
 }
 
 // flushFull flushes the full buffers, the targets in parallel.
-func (in *instance) flushFull(ctx context.Context, t *txn) error {
+func (in *instance) flushFull(ctx context.Context, c *checkpoint) error {
 	byTarget := map[string][]string{}
-	for id, buf := range t.bufs {
+	for id, buf := range c.bufs {
 		if tb := in.s.tables[id]; buf.full(tb) {
 			byTarget[tb.Target] = append(byTarget[tb.Target], id)
 		}
 	}
-	return in.flushTargets(ctx, t, byTarget)
+	return in.flushTargets(ctx, c, byTarget)
 }
 
 // flushTargets flushes the given tables' buffers: the targets in parallel,
 // each target's tables in order on its branch.
-func (in *instance) flushTargets(ctx context.Context, t *txn, byTarget map[string][]string) error {
+func (in *instance) flushTargets(ctx context.Context, c *checkpoint, byTarget map[string][]string) error {
 	if len(byTarget) == 0 {
 		return nil
 	}
@@ -271,7 +273,7 @@ func (in *instance) flushTargets(ctx context.Context, t *txn, byTarget map[strin
 		ids := byTarget[tg]
 		slices.Sort(ids)
 		for _, id := range ids {
-			if err := in.flush(ctx, t, in.s.tables[id], t.bufs[id]); err != nil {
+			if err := in.flush(ctx, c, in.s.tables[id], c.bufs[id]); err != nil {
 				return err
 			}
 		}
@@ -279,34 +281,34 @@ func (in *instance) flushTargets(ctx context.Context, t *txn, byTarget map[strin
 	})
 }
 
-// branch returns t's branch on target tg, starting it if needed.
-func (in *instance) branch(t *txn, tg *target) (*liveBranch, error) {
-	t.mu.Lock()
-	lb := t.branches[tg.cfg.Name]
-	t.mu.Unlock()
+// branch returns c's branch on target tg, starting it if needed.
+func (in *instance) branch(c *checkpoint, tg *target) (*liveBranch, error) {
+	c.mu.Lock()
+	lb := c.branches[tg.cfg.Name]
+	c.mu.Unlock()
 	if lb != nil {
 		if lb.branch() == nil {
 			return nil, fmt.Errorf("sink: the branch on %s has ended", tg.cfg.Name)
 		}
 		return lb, nil
 	}
-	b, err := tg.rm.Start(t.work, t.h.Ref(tg.cfg.Name).XID())
+	b, err := tg.rm.Start(c.work, c.h.Ref(tg.cfg.Name).XID())
 	if err != nil {
 		return nil, err
 	}
-	lb = &liveBranch{t: tg, b: b}
-	t.mu.Lock()
-	t.branches[tg.cfg.Name] = lb
-	t.mu.Unlock()
+	lb = &liveBranch{c: tg, b: b}
+	c.mu.Lock()
+	c.branches[tg.cfg.Name] = lb
+	c.mu.Unlock()
 	return lb, nil
 }
 
 // flush sends a table's buffered rows on its target's branch.
-func (in *instance) flush(ctx context.Context, t *txn, tb *table, buf *buffer) error {
+func (in *instance) flush(ctx context.Context, c *checkpoint, tb *table, buf *buffer) error {
 	if len(buf.rows) == 0 {
 		return nil
 	}
-	lb, err := in.branch(t, tb.t)
+	lb, err := in.branch(c, tb.t)
 	if err != nil {
 		return err
 	}
@@ -334,30 +336,30 @@ func parallel(names []string, f func(name string) error) error {
 
 // PreCommit flushes every buffer (targets in parallel), then prepares every
 // branch in parallel. Any vote but yes fails it (the driver aborts).
-func (in *instance) PreCommit(ctx context.Context, h Handle, checkpoint uint64) (Handle, error) {
+func (in *instance) PreCommit(ctx context.Context, h Handle, id uint64) (Handle, error) {
 	if err := in.s.check(); err != nil {
 		return Handle{}, err
 	}
-	t, err := in.get(h)
+	c, err := in.get(h)
 	if err != nil {
 		return Handle{}, err
 	}
 	byTarget := map[string][]string{}
-	for id, buf := range t.bufs {
+	for id, buf := range c.bufs {
 		if len(buf.rows) > 0 {
 			tg := in.s.tables[id].Target
 			byTarget[tg] = append(byTarget[tg], id)
 		}
 	}
-	if err := in.flushTargets(ctx, t, byTarget); err != nil {
+	if err := in.flushTargets(ctx, c, byTarget); err != nil {
 		return Handle{}, err
 	}
-	if err := in.s.step("flushed", t.h); err != nil {
+	if err := in.s.step("flushed", c.h); err != nil {
 		return Handle{}, err
 	}
-	names := slices.Sorted(maps.Keys(t.branches))
+	names := slices.Sorted(maps.Keys(c.branches))
 	err = parallel(names, func(name string) error {
-		lb := t.branches[name]
+		lb := c.branches[name]
 		b := lb.branch()
 		if b == nil {
 			return fmt.Errorf("sink: the branch on %s has ended", name)
@@ -384,24 +386,24 @@ func (in *instance) PreCommit(ctx context.Context, h Handle, checkpoint uint64) 
 	if err != nil {
 		return Handle{}, err
 	}
-	out := t.h
-	out.Checkpoint = checkpoint
+	out := c.h
+	out.ID = id
 	in.mu.Lock()
 	out.Spent = slices.Sorted(maps.Keys(in.spent))
 	in.mu.Unlock()
 	for _, name := range names {
-		if lb := t.branches[name]; lb.prepared {
+		if lb := c.branches[name]; lb.prepared {
 			out.Branches = append(out.Branches, BranchState{Target: name, Session: lb.origin.Session, Prepared: lb.origin.Prepared})
 		}
 	}
-	for _, p := range slices.Sorted(maps.Keys(t.positions)) {
-		epoch := t.epochs[p]
+	for _, p := range slices.Sorted(maps.Keys(c.positions)) {
+		epoch := c.epochs[p]
 		if in.external {
 			epoch = int64(in.generation)
 		}
-		out.Partitions = append(out.Partitions, PartitionPosition{Partition: p, Position: t.positions[p], Epoch: epoch})
+		out.Partitions = append(out.Partitions, PartitionPosition{Partition: p, Position: c.positions[p], Epoch: epoch})
 	}
-	t.h = out
+	c.h = out
 	if err := in.s.step("prepared", out); err != nil {
 		return Handle{}, err
 	}
@@ -417,20 +419,20 @@ func (in *instance) Commit(ctx context.Context, h Handle) error {
 	if h.Sink != in.s.cfg.Name {
 		return fmt.Errorf("%w: a handle of sink %q given to sink %q", ErrConfig, h.Sink, in.s.cfg.Name)
 	}
-	t := in.lookup(h)
+	c := in.lookup(h)
 	if len(h.Branches) == 0 && len(h.Partitions) == 0 {
 		// An empty checkpoint (an idle stream) still names the spent
 		// transactions to fence.
-		in.finish(t)
+		in.finish(c)
 		in.fenceSpent(ctx, h)
 		return nil
 	}
-	if t == nil || !t.decided {
-		if err := in.decide(ctx, h, t); err != nil {
+	if c == nil || !c.decided {
+		if err := in.decide(ctx, h, c); err != nil {
 			return err
 		}
-		if t != nil {
-			t.decided = true
+		if c != nil {
+			c.decided = true
 		}
 	}
 	if err := in.s.step("decided", h); err != nil {
@@ -438,8 +440,8 @@ func (in *instance) Commit(ctx context.Context, h Handle) error {
 	}
 	for i, b := range h.Branches {
 		var lb *liveBranch
-		if t != nil {
-			lb = t.branches[b.Target]
+		if c != nil {
+			lb = c.branches[b.Target]
 		}
 		in.commitBranch(ctx, h, b, lb)
 		if i == 0 && len(h.Branches) > 1 {
@@ -448,7 +450,7 @@ func (in *instance) Commit(ctx context.Context, h Handle) error {
 			}
 		}
 	}
-	in.finish(t)
+	in.finish(c)
 	in.fenceSpent(ctx, h)
 	return nil
 }
@@ -460,10 +462,10 @@ func (in *instance) Commit(ctx context.Context, h Handle) error {
 // them again.
 func (in *instance) fenceSpent(ctx context.Context, h Handle) {
 	for _, n := range h.Spent {
-		if n >= h.Txn {
+		if n >= h.Checkpoint {
 			continue
 		}
-		sp := Handle{Sink: h.Sink, Incarnation: h.Incarnation, Txn: n}
+		sp := Handle{Sink: h.Sink, Incarnation: h.Incarnation, Checkpoint: n}
 		row, err := in.claim(ctx, sp)
 		switch {
 		case err == nil && !row.aborted:
@@ -496,10 +498,10 @@ func (in *instance) fenceSpent(ctx context.Context, h Handle) {
 }
 
 func (h Handle) id() uint64 {
-	if h.Checkpoint != 0 {
-		return h.Checkpoint
+	if h.ID != 0 {
+		return h.ID
 	}
-	return h.Txn
+	return h.Checkpoint
 }
 
 // decide writes the decision (step 3).
@@ -515,22 +517,19 @@ func (h Handle) id() uint64 {
 // stored, and a refusal because a generation above the committer's has
 // started (whoever's handle it is: the committer's generation is the
 // fence) leaves the branches prepared for that generation's Restore.
-func (in *instance) decide(ctx context.Context, h Handle, t *txn) error {
-	ref := Ref{Incarnation: h.Incarnation}
-	d := decision{sink: h.Sink, inc: h.Incarnation, txn: h.Txn, parts: h.Partitions, origins: encodeOrigins(h.Branches),
-		external: ref.External(), generation: ref.Generation(), checkpoint: h.Checkpoint, committer: in.generation}
-	if d.external {
+func (in *instance) decide(ctx context.Context, h Handle, c *checkpoint) error {
+	if h.Ref("").External() {
 		if !in.external {
 			return fmt.Errorf("%w: an external member's handle (%s) given to a self-driven instance", ErrConfig, h.Ref(""))
 		}
-		return in.decideExternal(ctx, h, t, d)
+		return in.decideExternal(ctx, h, c)
 	}
-	err := in.s.st.decide(ctx, d)
+	err := in.s.st.decide(ctx, h, in.generation)
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, errEpochMoved) {
-		in.rollback(ctx, h, t)
+		in.rollback(ctx, h, c)
 		return &AbortError{Checkpoint: h.id(), Reason: fmt.Errorf("%w: %v", ErrTakenOver, err)}
 	}
 	row, cerr := in.claim(ctx, h)
@@ -541,17 +540,17 @@ func (in *instance) decide(ctx context.Context, h Handle, t *txn) error {
 	if !row.aborted {
 		return nil
 	}
-	in.rollback(ctx, h, t)
+	in.rollback(ctx, h, c)
 	return &AbortError{Checkpoint: h.id(), Reason: fmt.Errorf("%w (the decision failed: %v)", ErrAbortMarked, err)}
 }
 
-func (in *instance) decideExternal(ctx context.Context, h Handle, t *txn, d decision) error {
+func (in *instance) decideExternal(ctx context.Context, h Handle, c *checkpoint) error {
 	var err error
 	for attempt := range 5 {
 		if attempt > 0 && !sleep(ctx, backoff(attempt)) {
 			break
 		}
-		err = in.s.st.decide(ctx, d)
+		err = in.s.st.decide(ctx, h, in.generation)
 		if err == nil {
 			return nil
 		}
@@ -562,7 +561,7 @@ func (in *instance) decideExternal(ctx context.Context, h Handle, t *txn, d deci
 		// Stored already (an earlier attempt, or another process), or a
 		// marker: read the key. Nothing there: try again (a decision
 		// still running makes the next attempt wait for it).
-		rows, lerr := in.s.st.lookup(ctx, h.Sink, []txnKey{h.key()})
+		rows, lerr := in.s.st.lookup(ctx, h.Sink, []checkpointKey{h.key()})
 		if lerr != nil {
 			continue
 		}
@@ -570,7 +569,7 @@ func (in *instance) decideExternal(ctx context.Context, h Handle, t *txn, d deci
 			if !row.aborted {
 				return nil
 			}
-			in.rollback(ctx, h, t)
+			in.rollback(ctx, h, c)
 			return &AbortError{Checkpoint: h.id(), Reason: fmt.Errorf("%w: a Restore fenced it, or Abort aborted it", ErrAbortMarked)}
 		}
 	}
@@ -578,15 +577,15 @@ func (in *instance) decideExternal(ctx context.Context, h Handle, t *txn, d deci
 }
 
 // claim claims the abort marker of h, retrying a few times.
-func (in *instance) claim(ctx context.Context, h Handle) (decisionRow, error) {
+func (in *instance) claim(ctx context.Context, h Handle) (stored, error) {
 	var err error
 	for attempt := range 5 {
 		if attempt > 0 && !sleep(ctx, backoff(attempt)) {
 			break
 		}
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
-		var row decisionRow
-		row, err = in.s.st.claim(cctx, h.Sink, h.Incarnation, h.Txn)
+		var row stored
+		row, err = in.s.st.claim(cctx, h.Sink, h.key())
 		cancel()
 		if err == nil {
 			return row, nil
@@ -595,7 +594,7 @@ func (in *instance) claim(ctx context.Context, h Handle) (decisionRow, error) {
 	if err == nil {
 		err = ctx.Err()
 	}
-	return decisionRow{}, err
+	return stored{}, err
 }
 
 func backoff(attempt int) time.Duration {
@@ -676,23 +675,23 @@ func (in *instance) Abort(ctx context.Context, h Handle) error {
 	if err := in.s.check(); err != nil {
 		return err
 	}
-	t := in.lookup(h)
+	c := in.lookup(h)
 	maybe := len(h.Branches) > 0
-	if t != nil {
-		for _, lb := range t.branches {
+	if c != nil {
+		for _, lb := range c.branches {
 			maybe = maybe || lb.prepared || lb.maybe
 		}
 	}
 	if maybe {
 		row, err := in.claim(ctx, h)
 		if err != nil {
-			in.abandonTxn(t)
+			in.abandonCheckpoint(c)
 			if in.external && h.Incarnation == in.inc {
 				in.mu.Lock()
 				if in.spent == nil {
 					in.spent = map[uint64]bool{}
 				}
-				in.spent[h.Txn] = true
+				in.spent[h.Checkpoint] = true
 				in.mu.Unlock()
 			}
 			return fmt.Errorf("sink: aborting checkpoint %d: claiming its abort marker: %w (restore will)", h.id(), err)
@@ -701,26 +700,26 @@ func (in *instance) Abort(ctx context.Context, h Handle) error {
 			return fmt.Errorf("sink: aborting checkpoint %d: %w", h.id(), ErrDecided)
 		}
 	}
-	return in.rollback(ctx, h, t)
+	return in.rollback(ctx, h, c)
 }
 
-// abandonTxn gives a transaction's branches up to restore.
-func (in *instance) abandonTxn(t *txn) {
-	if t == nil {
+// abandonCheckpoint gives a transaction's branches up to restore.
+func (in *instance) abandonCheckpoint(c *checkpoint) {
+	if c == nil {
 		return
 	}
-	for _, lb := range t.branches {
+	for _, lb := range c.branches {
 		if b := lb.drop(); b != nil {
 			b.Close() //nolint:errcheck // prepared branches stay for restore
 		}
 	}
-	in.finish(t)
+	in.finish(c)
 }
 
 // rollback rolls back every branch of h that may exist, live or by XID.
 // Failures are left to restore (an undecided prepared branch is fenced
 // there).
-func (in *instance) rollback(ctx context.Context, h Handle, t *txn) error {
+func (in *instance) rollback(ctx context.Context, h Handle, c *checkpoint) error {
 	type br struct {
 		lb     *liveBranch
 		origin xa.Origin
@@ -729,8 +728,8 @@ func (in *instance) rollback(ctx context.Context, h Handle, t *txn) error {
 	for _, b := range h.Branches {
 		todo[b.Target] = br{origin: xa.Origin{Session: b.Session, Prepared: b.Prepared}}
 	}
-	if t != nil {
-		for name, lb := range t.branches {
+	if c != nil {
+		for name, lb := range c.branches {
 			if lb.branch() != nil || lb.prepared || lb.maybe {
 				todo[name] = br{lb: lb, origin: lb.origin}
 			}
@@ -762,7 +761,7 @@ func (in *instance) rollback(ctx context.Context, h Handle, t *txn) error {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
 	}
-	in.finish(t)
+	in.finish(c)
 	if len(errs) > 0 {
 		err := errors.Join(errs...)
 		in.log.Warn("sink: rollback left to restore", "checkpoint", h.id(), "err", err)
@@ -886,8 +885,8 @@ func (in *instance) resolve(ctx context.Context, v View) error {
 	if err != nil {
 		return err
 	}
-	keys := slices.SortedFunc(maps.Keys(orphans), func(a, b txnKey) int {
-		return cmp.Or(cmp.Compare(a.inc, b.inc), cmp.Compare(a.txn, b.txn))
+	keys := slices.SortedFunc(maps.Keys(orphans), func(a, b checkpointKey) int {
+		return cmp.Or(cmp.Compare(a.incarnation, b.incarnation), cmp.Compare(a.checkpoint, b.checkpoint))
 	})
 	rows, err := in.s.st.lookup(ctx, in.s.cfg.Name, keys)
 	if err != nil {
@@ -913,7 +912,7 @@ func (in *instance) resolve(ctx context.Context, v View) error {
 		}
 		row := rows[k]
 		if act == ActFence {
-			row, err = in.s.st.claim(ctx, in.s.cfg.Name, k.inc, k.txn)
+			row, err = in.s.st.claim(ctx, in.s.cfg.Name, k)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("fencing %s: %w", o.Ref, err))
 				continue
@@ -960,7 +959,7 @@ func (in *instance) resolve(ctx context.Context, v View) error {
 	return errors.Join(errs...)
 }
 
-func decisionOf(rows map[txnKey]decisionRow, k txnKey) Decision {
+func decisionOf(rows map[checkpointKey]stored, k checkpointKey) Decision {
 	row, ok := rows[k]
 	switch {
 	case !ok:
@@ -980,7 +979,7 @@ type listed struct {
 // list lists the sink's prepared branches on every target, by checkpoint.
 // A branch's age is the database's where it says (PostgreSQL), else the
 // time since this Sink first listed it.
-func (s *Sink) list(ctx context.Context) (map[txnKey][]listed, error) {
+func (s *Sink) list(ctx context.Context) (map[checkpointKey][]listed, error) {
 	type res struct {
 		bs  []xa.PreparedBranch
 		err error
@@ -992,7 +991,7 @@ func (s *Sink) list(ctx context.Context) (map[txnKey][]listed, error) {
 	}
 	wg.Wait()
 	now := time.Now()
-	byKey := map[txnKey][]listed{}
+	byKey := map[checkpointKey][]listed{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
@@ -1019,7 +1018,7 @@ func (s *Sink) list(ctx context.Context) (map[txnKey][]listed, error) {
 				age = now.Sub(p.Prepared)
 			}
 			age = max(age, now.Sub(first))
-			k := txnKey{ref.Incarnation, ref.Checkpoint}
+			k := checkpointKey{ref.Incarnation, ref.Checkpoint}
 			byKey[k] = append(byKey[k], listed{ref: ref, age: age})
 		}
 	}
@@ -1086,7 +1085,7 @@ func (s *Sink) Status(ctx context.Context) (Status, error) {
 // Errors name the branches left (a MySQL branch whose preparing session
 // is still connected stays until it is gone).
 func (s *Sink) Sweep(ctx context.Context) error {
-	in := &instance{s: s, live: map[uint64]*txn{}, epochs: map[string]int64{}, log: s.log}
+	in := &instance{s: s, live: map[uint64]*checkpoint{}, epochs: map[string]int64{}, log: s.log}
 	return in.Sweep(ctx)
 }
 

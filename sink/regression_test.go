@@ -197,9 +197,9 @@ func TestExternalNumberSpentByFailedPreCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("checkpoint 6's handle: txn %d", h.Txn)
-	if h.Txn < 2 || h.Txn > 6 {
-		t.Errorf("checkpoint 6's transaction is numbered %d: want above the failed one's (1) and at most 6", h.Txn)
+	t.Logf("checkpoint 6's handle: txn %d", h.Checkpoint)
+	if h.Checkpoint < 2 || h.Checkpoint > 6 {
+		t.Errorf("checkpoint 6's transaction is numbered %d: want above the failed one's (1) and at most 6", h.Checkpoint)
 	}
 	if _, err := x.PreCommit(ctx, 6); err == nil {
 		t.Error("a second PreCommit under checkpoint 6 was accepted")
@@ -393,8 +393,8 @@ func TestExternalSpentTransactionFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	h = roundTrip(t, h)
-	if len(h.Spent) != 1 || h.Spent[0] >= h.Txn {
-		t.Fatalf("checkpoint 6's handle (txn %d) names spent %v; want the failed transaction", h.Txn, h.Spent)
+	if len(h.Spent) != 1 || h.Spent[0] >= h.Checkpoint {
+		t.Fatalf("checkpoint 6's handle (txn %d) names spent %v; want the failed transaction", h.Checkpoint, h.Spent)
 	}
 	if err := x.Commit(ctx, h); err != nil {
 		t.Fatal(err)

@@ -313,7 +313,7 @@ func (s *Sink) newInstance(ctx context.Context, external bool, member, generatio
 		return nil, err
 	}
 	in := &instance{s: s, external: external, generation: generation, epochs: map[string]int64{},
-		live: map[uint64]*txn{}}
+		live: map[uint64]*checkpoint{}}
 	s.mu.Lock()
 	s.insts[in] = true
 	s.mu.Unlock()
@@ -353,11 +353,14 @@ func (s *Sink) release(in *instance) {
 type Handle struct {
 	Sink        string `json:"sink"`
 	Incarnation uint64 `json:"incarnation"`
-	// Txn is the checkpoint number in the branches' XIDs.
-	Txn uint64 `json:"txn"`
-	// Checkpoint is the id it was pre-committed under (the caller's, for
-	// an external member; Txn for a self-driven instance).
-	Checkpoint uint64 `json:"checkpoint"`
+	// Checkpoint is the checkpoint's number, which its XIDs carry
+	// (Ref.Checkpoint). Its JSON name, "txn", is kept from the handles
+	// of earlier versions.
+	Checkpoint uint64 `json:"txn"`
+	// ID is the checkpoint id it was pre-committed under: an external
+	// caller's own (which the XIDs cannot carry: see External), or
+	// Checkpoint for a self-driven instance.
+	ID uint64 `json:"checkpoint"`
 	// Branches are the prepared branches, with where they were prepared.
 	Branches []BranchState `json:"branches,omitempty"`
 	// Partitions are the positions after the checkpoint's records, with
@@ -388,17 +391,17 @@ type PartitionPosition struct {
 }
 
 // CheckpointID returns the id h was pre-committed under.
-func (h Handle) CheckpointID() uint64 { return h.Checkpoint }
+func (h Handle) CheckpointID() uint64 { return h.ID }
 
 // TransactionKey implements Checkpointed: the sink, the incarnation and
-// the transaction's number, which its XIDs carry.
+// the checkpoint number, which its XIDs carry.
 func (h Handle) TransactionKey() string {
-	return h.Sink + "/" + strconv.FormatUint(h.Incarnation, 10) + "/" + strconv.FormatUint(h.Txn, 10)
+	return h.Sink + "/" + strconv.FormatUint(h.Incarnation, 10) + "/" + strconv.FormatUint(h.Checkpoint, 10)
 }
 
 // Ref returns the Ref of h's branch on target.
 func (h Handle) Ref(target string) Ref {
-	return Ref{Sink: h.Sink, Incarnation: h.Incarnation, Checkpoint: h.Txn, Target: target}
+	return Ref{Sink: h.Sink, Incarnation: h.Incarnation, Checkpoint: h.Checkpoint, Target: target}
 }
 
-func (h Handle) key() txnKey { return txnKey{h.Incarnation, h.Txn} }
+func (h Handle) key() checkpointKey { return checkpointKey{h.Incarnation, h.Checkpoint} }

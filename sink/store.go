@@ -46,28 +46,34 @@ type store interface {
 	take(ctx context.Context, sink string, inc uint64, parts []string) ([]PartitionStatus, error)
 	// read returns the rows of parts (missing ones are left out).
 	read(ctx context.Context, sink string, parts []string) ([]PartitionStatus, error)
-	// decide is step 3: in one round trip, move the positions and insert
-	// the decision row. An error matching errEpochMoved: nothing was
-	// committed, a partition's row no longer carries the epoch and owner
-	// (or, external, a generation above the committer's is registered:
+	// decide is step 3 for h: in one round trip, move the positions and
+	// insert the decision row (with the origins of h's branches). An
+	// external member's decision moves the progress rows forward (by
+	// generation, then checkpoint id) without conditions: they are the
+	// caller's record, not a fence; committer is the generation of the
+	// member that commits h, whoever's handle it is (its own, another
+	// member's, or one restored from a checkpoint). An error matching
+	// errEpochMoved: nothing was committed, a partition's row no longer
+	// carries the epoch and owner (or, external, a generation above the
+	// committer's is registered:
 	// read under a shared lock of the sink's generation fence row, which
 	// register raises under an exclusive one, so that a registration
 	// either sees the decision committed or refuses it).
 	// Any other error: the decision may or may not have committed (claim
 	// settles it).
-	decide(ctx context.Context, d decision) error
-	// claim inserts an abort marker under (sink, inc, txn) in its own
+	decide(ctx context.Context, h Handle, committer uint32) error
+	// claim inserts an abort marker under k in its own
 	// transaction, waiting for a decision of the same key in flight, and
 	// returns the row that holds the key afterwards: the marker, or the
 	// commit decision that won.
-	claim(ctx context.Context, sink string, inc, txn uint64) (decisionRow, error)
+	claim(ctx context.Context, sink string, k checkpointKey) (stored, error)
 	// lookup returns the rows held under keys.
-	lookup(ctx context.Context, sink string, keys []txnKey) (map[txnKey]decisionRow, error)
+	lookup(ctx context.Context, sink string, keys []checkpointKey) (map[checkpointKey]stored, error)
 	// owners returns the incarnations that own at least one partition.
 	owners(ctx context.Context, sink string) (map[uint64]bool, error)
 	// forget deletes decisions and markers decided before cutoff (by the
 	// progress target's clock, as now() - age), except keep.
-	forget(ctx context.Context, sink string, age time.Duration, keep []txnKey) (int, error)
+	forget(ctx context.Context, sink string, age time.Duration, keep []checkpointKey) (int, error)
 	// status reads the progress and instance rows.
 	status(ctx context.Context, sink string) (Status, error)
 	// bindings returns the sink's rows of xa_sink_bindings in this
@@ -89,35 +95,16 @@ type store interface {
 // owner it was written under.
 var errEpochMoved = errors.New("sink: a partition's epoch or owner moved on")
 
-// txnKey is the key of a decision: the incarnation field and the
-// checkpoint number of the XIDs.
-type txnKey struct{ inc, txn uint64 }
+// checkpointKey is the key of a checkpoint in xa_sink_decisions: the
+// incarnation field and the checkpoint number of its XIDs.
+type checkpointKey struct{ incarnation, checkpoint uint64 }
 
-// decisionRow is what a decision key holds.
-type decisionRow struct {
+// stored is what the progress target holds under a checkpoint's key: a
+// commit decision, with where its branches were prepared, or an abort
+// marker.
+type stored struct {
 	aborted bool
 	origins string // see encodeOrigins
-}
-
-// decision is what step 3 writes.
-type decision struct {
-	sink    string
-	inc     uint64
-	txn     uint64
-	parts   []PartitionPosition
-	origins string
-	// external: the progress rows are the caller's record, not a fence:
-	// they are moved forward (by generation, then checkpoint) without
-	// conditions.
-	external   bool
-	generation uint32
-	checkpoint uint64
-	// committer (external) is the generation of the member that
-	// commits the handle, whoever's handle it is (its own, another
-	// member's, or one restored from a checkpoint): the decision is
-	// refused (errEpochMoved) once a generation above it is registered:
-	// the committer is then a zombie of a job that restarted.
-	committer uint32
 }
 
 // Errors of register: the generation is below the highest registered, or

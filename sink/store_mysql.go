@@ -262,46 +262,48 @@ func (s *myStore) read(ctx context.Context, sink string, parts []string) ([]Part
 // what it committed), inserts the row and moves the progress rows forward;
 // if a generation above the committer's is registered, the INSERT fails on
 // NOT NULL the same way.
-func (s *myStore) decide(ctx context.Context, d decision) error {
+func (s *myStore) decide(ctx context.Context, h Handle, committer uint32) error {
 	var sb strings.Builder
 	var args []any
+	ref := h.Ref("")
+	origins := encodeOrigins(h.Branches)
 	sb.WriteString("START TRANSACTION; ")
-	if !d.external {
-		if len(d.parts) > 0 {
+	if !ref.External() {
+		if len(h.Partitions) > 0 {
 			sb.WriteString("UPDATE xa_sink_progress SET position = CASE `partition`")
-			for _, p := range d.parts {
+			for _, p := range h.Partitions {
 				sb.WriteString(" WHEN ? THEN ?")
 				args = append(args, p.Partition, p.Position)
 			}
 			sb.WriteString(" END, checkpoint = ?, updated = UTC_TIMESTAMP(6) WHERE sink = ? AND owner = ? AND (`partition`, epoch) IN (")
-			args = append(args, int64(d.txn), d.sink, int64(d.inc))
-			sb.WriteString(placeholders(len(d.parts), "(?, ?)"))
-			for _, p := range d.parts {
+			args = append(args, int64(h.Checkpoint), h.Sink, int64(h.Incarnation))
+			sb.WriteString(placeholders(len(h.Partitions), "(?, ?)"))
+			for _, p := range h.Partitions {
 				args = append(args, p.Partition, p.Epoch)
 			}
 			sb.WriteString("); ")
 		}
 		sb.WriteString("INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, decided, origins) VALUES (?, ?, ")
-		args = append(args, d.sink, int64(d.inc))
-		if len(d.parts) > 0 {
+		args = append(args, h.Sink, int64(h.Incarnation))
+		if len(h.Partitions) > 0 {
 			sb.WriteString("IF(ROW_COUNT() = ?, ?, NULL)")
-			args = append(args, len(d.parts), int64(d.txn))
+			args = append(args, len(h.Partitions), int64(h.Checkpoint))
 		} else {
 			sb.WriteString("?")
-			args = append(args, int64(d.txn))
+			args = append(args, int64(h.Checkpoint))
 		}
 		sb.WriteString(", FALSE, UTC_TIMESTAMP(6), ?); COMMIT")
-		args = append(args, d.origins)
+		args = append(args, origins)
 	} else {
 		sb.WriteString("SELECT MAX(generation) INTO @xa_sink_fence FROM xa_sink_generations WHERE sink = ? LOCK IN SHARE MODE; " +
 			"INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, decided, origins) VALUES (?, ?, " +
 			"IF(@xa_sink_fence <= ?, ?, NULL), FALSE, UTC_TIMESTAMP(6), ?); ")
-		args = append(args, d.sink, d.sink, int64(d.inc), int64(d.committer), int64(d.txn), d.origins)
-		if len(d.parts) > 0 {
+		args = append(args, h.Sink, h.Sink, int64(h.Incarnation), int64(committer), int64(h.Checkpoint), origins)
+		if len(h.Partitions) > 0 {
 			sb.WriteString("INSERT INTO xa_sink_progress (sink, `partition`, epoch, owner, position, checkpoint, updated) VALUES ")
-			sb.WriteString(placeholders(len(d.parts), "(?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))"))
-			for _, p := range d.parts {
-				args = append(args, d.sink, p.Partition, int64(d.generation), int64(d.inc), p.Position, int64(d.checkpoint))
+			sb.WriteString(placeholders(len(h.Partitions), "(?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))"))
+			for _, p := range h.Partitions {
+				args = append(args, h.Sink, p.Partition, int64(ref.Generation()), int64(h.Incarnation), p.Position, int64(h.ID))
 			}
 			// Assignments run left to right on the updated values:
 			// the condition's columns (checkpoint, epoch) come last.
@@ -332,34 +334,34 @@ func (s *myStore) decide(ctx context.Context, d decision) error {
 	return err
 }
 
-func (s *myStore) claim(ctx context.Context, sink string, inc, txn uint64) (decisionRow, error) {
+func (s *myStore) claim(ctx context.Context, sink string, k checkpointKey) (stored, error) {
 	for range 3 {
 		_, err := s.db.ExecContext(ctx, "INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, decided, origins) VALUES (?, ?, ?, TRUE, UTC_TIMESTAMP(6), '')",
-			sink, int64(inc), int64(txn))
+			sink, int64(k.incarnation), int64(k.checkpoint))
 		if err == nil {
-			return decisionRow{aborted: true}, nil
+			return stored{aborted: true}, nil
 		}
 		if myErrno(err) != myDupEntry {
-			return decisionRow{}, err
+			return stored{}, err
 		}
-		var row decisionRow
+		var row stored
 		err = s.db.QueryRowContext(ctx, "SELECT aborted, origins FROM xa_sink_decisions WHERE sink = ? AND incarnation = ? AND checkpoint = ?",
-			sink, int64(inc), int64(txn)).Scan(&row.aborted, &row.origins)
+			sink, int64(k.incarnation), int64(k.checkpoint)).Scan(&row.aborted, &row.origins)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
 		return row, err
 	}
-	return decisionRow{}, errors.New("sink: the decision row kept vanishing between the insert and the read")
+	return stored{}, errors.New("sink: the decision row kept vanishing between the insert and the read")
 }
 
-func (s *myStore) lookup(ctx context.Context, sink string, keys []txnKey) (map[txnKey]decisionRow, error) {
-	out := map[txnKey]decisionRow{}
+func (s *myStore) lookup(ctx context.Context, sink string, keys []checkpointKey) (map[checkpointKey]stored, error) {
+	out := map[checkpointKey]stored{}
 	for len(keys) > 0 {
 		n := min(len(keys), myChunkKeys)
 		args := []any{sink}
 		for _, k := range keys[:n] {
-			args = append(args, int64(k.inc), int64(k.txn))
+			args = append(args, int64(k.incarnation), int64(k.checkpoint))
 		}
 		rows, err := s.db.QueryContext(ctx, "SELECT incarnation, checkpoint, aborted, origins FROM xa_sink_decisions WHERE sink = ? AND (incarnation, checkpoint) IN ("+
 			placeholders(n, "(?, ?)")+")", args...)
@@ -368,12 +370,12 @@ func (s *myStore) lookup(ctx context.Context, sink string, keys []txnKey) (map[t
 		}
 		for rows.Next() {
 			var i, c int64
-			var row decisionRow
+			var row stored
 			if err := rows.Scan(&i, &c, &row.aborted, &row.origins); err != nil {
 				rows.Close()
 				return nil, err
 			}
-			out[txnKey{uint64(i), uint64(c)}] = row
+			out[checkpointKey{uint64(i), uint64(c)}] = row
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -401,13 +403,13 @@ func (s *myStore) owners(ctx context.Context, sink string) (map[uint64]bool, err
 	return out, rows.Err()
 }
 
-func (s *myStore) forget(ctx context.Context, sink string, age time.Duration, keep []txnKey) (int, error) {
+func (s *myStore) forget(ctx context.Context, sink string, age time.Duration, keep []checkpointKey) (int, error) {
 	q := "DELETE FROM xa_sink_decisions WHERE sink = ? AND decided < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
 	args := []any{sink, age.Microseconds()}
 	if len(keep) > 0 {
 		q += " AND (incarnation, checkpoint) NOT IN (" + placeholders(len(keep), "(?, ?)") + ")"
 		for _, k := range keep {
-			args = append(args, int64(k.inc), int64(k.txn))
+			args = append(args, int64(k.incarnation), int64(k.checkpoint))
 		}
 	}
 	res, err := s.db.ExecContext(ctx, q, args...)

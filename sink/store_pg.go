@@ -257,16 +257,17 @@ func splitParts(ps []PartitionPosition) (names, positions []string, epochs []int
 // FOR SHARE, is above the committer's generation: the lock waits for a
 // registration in flight, and reads the row it committed) and moves the
 // progress rows forward.
-func (s *pgStore) decide(ctx context.Context, d decision) error {
-	names, positions, epochs := splitParts(d.parts)
+func (s *pgStore) decide(ctx context.Context, h Handle, committer uint32) error {
+	names, positions, epochs := splitParts(h.Partitions)
+	ref := h.Ref("")
 	var err error
-	if !d.external {
+	if !ref.External() {
 		err = s.execDurable(ctx, `WITH v AS (SELECT * FROM unnest($3::text[], $4::bigint[], $5::text[]) AS v(part, epoch, position)),
 			upd AS (UPDATE xa_sink_progress p SET position = v.position, checkpoint = $6, updated = now() FROM v
 				WHERE p.sink = $1 AND p."partition" = v.part AND p.epoch = v.epoch AND p.owner = $2 RETURNING 1)
 			INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, origins)
 			SELECT $1, $2, CASE WHEN count(*) = $7 THEN $6::bigint END, false, $8 FROM upd`,
-			d.sink, int64(d.inc), names, epochs, positions, int64(d.txn), len(names), d.origins)
+			h.Sink, int64(h.Incarnation), names, epochs, positions, int64(h.Checkpoint), len(names), encodeOrigins(h.Branches))
 		if pgCode(err) == "23502" {
 			return fmt.Errorf("%w: %v", errEpochMoved, err)
 		}
@@ -282,47 +283,47 @@ func (s *pgStore) decide(ctx context.Context, d decision) error {
 			ON CONFLICT (sink, "partition") DO UPDATE SET position = excluded.position, owner = excluded.owner,
 				epoch = excluded.epoch, checkpoint = excluded.checkpoint, updated = now()
 			WHERE (excluded.epoch, excluded.checkpoint) > (p.epoch, p.checkpoint)`,
-		d.sink, int64(d.inc), names, positions, int64(d.txn), d.origins, int64(d.generation), int64(d.checkpoint),
-		int64(d.committer))
+		h.Sink, int64(h.Incarnation), names, positions, int64(h.Checkpoint), encodeOrigins(h.Branches), int64(ref.Generation()), int64(h.ID),
+		int64(committer))
 	if pgCode(err) == "23502" {
-		return fmt.Errorf("%w: a generation above the committer's (%d) is registered: %v", errEpochMoved, d.committer, err)
+		return fmt.Errorf("%w: a generation above the committer's (%d) is registered: %v", errEpochMoved, committer, err)
 	}
 	return err
 }
 
-func (s *pgStore) claim(ctx context.Context, sink string, inc, txn uint64) (decisionRow, error) {
+func (s *pgStore) claim(ctx context.Context, sink string, k checkpointKey) (stored, error) {
 	for range 3 {
 		var inserted bool
 		err := s.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&inserted) },
 			`WITH ins AS (INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted)
 			VALUES ($1, $2, $3, true) ON CONFLICT DO NOTHING RETURNING 1) SELECT count(*) > 0 FROM ins`,
-			sink, int64(inc), int64(txn))
+			sink, int64(k.incarnation), int64(k.checkpoint))
 		if err != nil {
-			return decisionRow{}, err
+			return stored{}, err
 		}
 		if inserted {
-			return decisionRow{aborted: true}, nil
+			return stored{aborted: true}, nil
 		}
-		var row decisionRow
+		var row stored
 		err = s.pool.QueryRow(ctx, `SELECT aborted, origins FROM xa_sink_decisions WHERE sink = $1 AND incarnation = $2 AND checkpoint = $3`,
-			sink, int64(inc), int64(txn)).Scan(&row.aborted, &row.origins)
+			sink, int64(k.incarnation), int64(k.checkpoint)).Scan(&row.aborted, &row.origins)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // forgotten in between: insert again
 		}
 		return row, err
 	}
-	return decisionRow{}, errors.New("sink: the decision row kept vanishing between the insert and the read")
+	return stored{}, errors.New("sink: the decision row kept vanishing between the insert and the read")
 }
 
-func (s *pgStore) lookup(ctx context.Context, sink string, keys []txnKey) (map[txnKey]decisionRow, error) {
-	out := map[txnKey]decisionRow{}
+func (s *pgStore) lookup(ctx context.Context, sink string, keys []checkpointKey) (map[checkpointKey]stored, error) {
+	out := map[checkpointKey]stored{}
 	if len(keys) == 0 {
 		return out, nil
 	}
 	incs := make([]int64, len(keys))
 	txns := make([]int64, len(keys))
 	for i, k := range keys {
-		incs[i], txns[i] = int64(k.inc), int64(k.txn)
+		incs[i], txns[i] = int64(k.incarnation), int64(k.checkpoint)
 	}
 	rows, err := s.pool.Query(ctx, `SELECT d.incarnation, d.checkpoint, d.aborted, d.origins FROM xa_sink_decisions d
 		JOIN unnest($2::bigint[], $3::bigint[]) AS k(i, c) ON d.incarnation = k.i AND d.checkpoint = k.c WHERE d.sink = $1`,
@@ -333,11 +334,11 @@ func (s *pgStore) lookup(ctx context.Context, sink string, keys []txnKey) (map[t
 	defer rows.Close()
 	for rows.Next() {
 		var i, c int64
-		var row decisionRow
+		var row stored
 		if err := rows.Scan(&i, &c, &row.aborted, &row.origins); err != nil {
 			return nil, err
 		}
-		out[txnKey{uint64(i), uint64(c)}] = row
+		out[checkpointKey{uint64(i), uint64(c)}] = row
 	}
 	return out, rows.Err()
 }
@@ -359,11 +360,11 @@ func (s *pgStore) owners(ctx context.Context, sink string) (map[uint64]bool, err
 	return out, rows.Err()
 }
 
-func (s *pgStore) forget(ctx context.Context, sink string, age time.Duration, keep []txnKey) (int, error) {
+func (s *pgStore) forget(ctx context.Context, sink string, age time.Duration, keep []checkpointKey) (int, error) {
 	incs := make([]int64, len(keep))
 	txns := make([]int64, len(keep))
 	for i, k := range keep {
-		incs[i], txns[i] = int64(k.inc), int64(k.txn)
+		incs[i], txns[i] = int64(k.incarnation), int64(k.checkpoint)
 	}
 	tag, err := s.pool.Exec(ctx, `DELETE FROM xa_sink_decisions d WHERE sink = $1
 		AND decided < now() - $2::bigint * interval '1 microsecond'

@@ -81,9 +81,9 @@ func (r Ref) Gtrid() string {
 	b = append(b, gtridPrefix...)
 	b = append(b, r.Sink...)
 	b = append(b, '.')
-	b = appendHex(b, r.Incarnation, 16)
+	b = xa.AppendHex(b, r.Incarnation, 16)
 	b = append(b, '.')
-	b = appendHex(b, r.Checkpoint, 12)
+	b = xa.AppendHex(b, r.Checkpoint, 12)
 	return string(b)
 }
 
@@ -149,12 +149,9 @@ func ParseXID(x xa.XID) (Ref, bool) {
 		return Ref{}, false
 	}
 	name := rest[:len(rest)-13-17]
-	if ValidateName(name) != nil || !lowerHex(inc) || !lowerHex(cp) {
-		return Ref{}, false
-	}
-	i, err1 := strconv.ParseUint(inc, 16, 64)
-	c, err2 := strconv.ParseUint(cp, 16, 64)
-	if err1 != nil || err2 != nil {
+	i, ok1 := xa.ParseHex(inc, 16)
+	c, ok2 := xa.ParseHex(cp, 12)
+	if ValidateName(name) != nil || !ok1 || !ok2 {
 		return Ref{}, false
 	}
 	r := Ref{Sink: name, Incarnation: i, Checkpoint: c, Target: string(x.Bqual)}
@@ -165,50 +162,21 @@ func ParseXID(x xa.XID) (Ref, bool) {
 }
 
 // ValidateName reports whether name can name a sink: 1 to 24 characters
-// from A-Z a-z 0-9 '_' '-'.
+// from A-Z a-z 0-9 '_' '-' (xa.ValidateIdent: the gtrid holds it between
+// dots).
 func ValidateName(name string) error {
-	if name == "" || len(name) > MaxNameLen {
-		return fmt.Errorf("%w: sink name %q must be 1 to %d characters", ErrConfig, name, MaxNameLen)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: sink name %q may hold only A-Z a-z 0-9 _ -", ErrConfig, name)
-		}
+	if err := xa.ValidateIdent("sink name", name, MaxNameLen, ""); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
 }
 
 // ValidateTarget reports whether name can name a target: 1 to 64
-// characters from A-Z a-z 0-9 '_' '-' '.' (it is the branch qualifier,
-// and xa.XID.String writes it as is).
+// characters from A-Z a-z 0-9 '_' '-' '.' (xa.ValidateIdent: it is the
+// branch qualifier, and xa.XID.String writes it as is).
 func ValidateTarget(name string) error {
-	if name == "" || len(name) > MaxTargetLen {
-		return fmt.Errorf("%w: target name %q must be 1 to %d characters", ErrConfig, name, MaxTargetLen)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return fmt.Errorf("%w: target name %q may hold only A-Z a-z 0-9 _ - .", ErrConfig, name)
-		}
+	if err := xa.ValidateIdent("target name", name, MaxTargetLen, "."); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
-}
-
-func appendHex(b []byte, v uint64, n int) []byte {
-	const digits = "0123456789abcdef"
-	for i := n - 1; i >= 0; i-- {
-		b = append(b, digits[(v>>(4*uint(i)))&0xf])
-	}
-	return b
-}
-
-func lowerHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
