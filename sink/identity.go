@@ -57,14 +57,8 @@ func (b binding) progress() xa.StoreIdentity {
 	return xa.StoreIdentity{ID: b.progressID, Where: b.progressWhere}
 }
 
-// storeOf returns the store on target name (the progress store for the
-// progress target).
-func (s *Sink) storeOf(name string) store {
-	if name == s.progress {
-		return s.st
-	}
-	return s.tstores[name]
-}
+// binderOf returns the bindings store on target name.
+func (s *Sink) binderOf(name string) binder { return s.stores[name] }
 
 // participantID returns the participant identity of target name, "" when
 // its resource manager has none (it does not implement xa.Identified).
@@ -99,7 +93,7 @@ type BindResult struct {
 // readBindings reads the sink's rows in the progress store and each
 // target's own row.
 func (s *Sink) readBindings(ctx context.Context) (prog map[string]binding, own map[string]binding, ownOK map[string]bool, err error) {
-	prog, err = s.st.bindings(ctx, s.cfg.Name)
+	prog, err = s.binderOf(s.progress).bindings(ctx, s.cfg.Name)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("sink: reading the bindings in the progress target %s: %w", s.progress, err)
 	}
@@ -107,7 +101,7 @@ func (s *Sink) readBindings(ctx context.Context) (prog map[string]binding, own m
 	for _, name := range s.names {
 		rows := prog
 		if name != s.progress {
-			if rows, err = s.tstores[name].bindings(ctx, s.cfg.Name); err != nil {
+			if rows, err = s.binderOf(name).bindings(ctx, s.cfg.Name); err != nil {
 				return nil, nil, nil, fmt.Errorf("sink: reading the binding of target %s: %w", name, err)
 			}
 		}
@@ -131,14 +125,14 @@ func (s *Sink) Bind(ctx context.Context) (BindResult, error) {
 	if err := s.check(); err != nil {
 		return res, err
 	}
-	if err := s.st.setup(ctx); err != nil {
+	if err := s.books.setup(ctx); err != nil {
 		return res, err
 	}
 	prog, own, ownOK, err := s.readBindings(ctx)
 	if err != nil {
 		return res, err
 	}
-	progressWhere, err := s.st.describe(ctx)
+	progressWhere, err := s.binderOf(s.progress).describe(ctx)
 	if err != nil {
 		return res, fmt.Errorf("sink: progress target %s: %w", s.progress, err)
 	}
@@ -155,7 +149,7 @@ func (s *Sink) Bind(ctx context.Context) (BindResult, error) {
 	var errs []error
 	var writes []binding
 	for _, name := range s.names {
-		where, err := s.storeOf(name).describe(ctx)
+		where, err := s.binderOf(name).describe(ctx)
 		if err != nil {
 			return res, fmt.Errorf("sink: target %s: %w", name, err)
 		}
@@ -196,11 +190,11 @@ func (s *Sink) Bind(ctx context.Context) (BindResult, error) {
 	}
 	for _, b := range writes {
 		if b.target != s.progress {
-			if err := s.tstores[b.target].bind(ctx, b); err != nil {
+			if err := s.binderOf(b.target).bind(ctx, b); err != nil {
 				return res, fmt.Errorf("sink: binding target %s: %w", b.target, err)
 			}
 		}
-		if err := s.st.bind(ctx, b); err != nil {
+		if err := s.binderOf(s.progress).bind(ctx, b); err != nil {
 			return res, fmt.Errorf("sink: recording target %s in the progress target %s: %w", b.target, s.progress, err)
 		}
 	}
@@ -296,7 +290,7 @@ func (s *Sink) verify(ctx context.Context) ([]RemovedTarget, error) {
 	if len(prog) == 0 {
 		return nil, s.unbound(ctx, own, ownOK)
 	}
-	progressWhere, err := s.st.describe(ctx)
+	progressWhere, err := s.binderOf(s.progress).describe(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sink: progress target %s: %w", s.progress, err)
 	}
@@ -316,7 +310,7 @@ func (s *Sink) verify(ctx context.Context) ([]RemovedTarget, error) {
 		}
 		var where string
 		if !ownOK[name] {
-			where, _ = s.storeOf(name).describe(ctx)
+			where, _ = s.binderOf(name).describe(ctx)
 		}
 		pid, perr := s.participantID(name)
 		if perr != nil && rec.participantID != "" {
@@ -337,7 +331,7 @@ func (s *Sink) verify(ctx context.Context) ([]RemovedTarget, error) {
 // set-up never bound it, or it is not the sink's progress store (the
 // targets name another).
 func (s *Sink) unbound(ctx context.Context, own map[string]binding, ownOK map[string]bool) error {
-	where, _ := s.st.describe(ctx)
+	where, _ := s.binderOf(s.progress).describe(ctx)
 	what := "it"
 	if where != "" {
 		what += " (" + where + ")"
@@ -391,5 +385,5 @@ func (s *Sink) ForgetTarget(ctx context.Context, name string) error {
 	if _, ok := s.targets[name]; ok {
 		return fmt.Errorf("%w: target %s is configured: remove it from the sink's targets first", ErrConfig, name)
 	}
-	return s.st.unbind(ctx, s.cfg.Name, name)
+	return s.binderOf(s.progress).unbind(ctx, s.cfg.Name, name)
 }

@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
-	xamysql "github.com/xadb/xa/drivers/mysql"
 	"github.com/xadb/xa/xa"
 )
 
@@ -63,18 +61,15 @@ type checkpoint struct {
 // used by the goroutine driving the transaction; the branch itself is also
 // reached by Close (closeLive), hence the mutex around it.
 type liveBranch struct {
-	c        *target
+	tg       *target
 	prepared bool // voted yes
 	maybe    bool // prepare's outcome unknown: may be prepared
 	origin   xa.Origin
 
+	w rowWriter // the dialect's writer of its session
+
 	mu sync.Mutex
 	b  xa.Branch // nil once it released its session
-	// stmts caches statements prepared on the branch's session (MySQL),
-	// by their text; seen counts the texts sent as text so far. The
-	// driver closes the statements with the branch.
-	stmts map[string]*xamysql.Stmt
-	seen  map[string]int
 }
 
 // branch returns the branch, nil once it released its session.
@@ -296,7 +291,12 @@ func (in *instance) branch(c *checkpoint, tg *target) (*liveBranch, error) {
 	if err != nil {
 		return nil, err
 	}
-	lb = &liveBranch{c: tg, b: b}
+	w, err := tg.d.writer(b)
+	if err != nil {
+		b.Close() //nolint:errcheck // nothing was written on it
+		return nil, err
+	}
+	lb = &liveBranch{tg: tg, b: b, w: w}
 	c.mu.Lock()
 	c.branches[tg.cfg.Name] = lb
 	c.mu.Unlock()
@@ -312,11 +312,10 @@ func (in *instance) flush(ctx context.Context, c *checkpoint, tb *table, buf *bu
 	if err != nil {
 		return err
 	}
-	b := lb.branch()
-	if b == nil {
+	if lb.branch() == nil {
 		return fmt.Errorf("sink: the branch on %s has ended", tb.Target)
 	}
-	if err := tb.flush(ctx, lb, b.Session(), buf.rows); err != nil {
+	if err := lb.w.write(ctx, tb, buf.rows); err != nil {
 		return err
 	}
 	buf.reset()
@@ -524,7 +523,7 @@ func (in *instance) decide(ctx context.Context, h Handle, c *checkpoint) error {
 		}
 		return in.decideExternal(ctx, h, c)
 	}
-	err := in.s.st.decide(ctx, h, in.generation)
+	err := in.s.books.decide(ctx, h, in.generation)
 	if err == nil {
 		return nil
 	}
@@ -550,7 +549,7 @@ func (in *instance) decideExternal(ctx context.Context, h Handle, c *checkpoint)
 		if attempt > 0 && !sleep(ctx, backoff(attempt)) {
 			break
 		}
-		err = in.s.st.decide(ctx, h, in.generation)
+		err = in.s.books.decide(ctx, h, in.generation)
 		if err == nil {
 			return nil
 		}
@@ -561,7 +560,7 @@ func (in *instance) decideExternal(ctx context.Context, h Handle, c *checkpoint)
 		// Stored already (an earlier attempt, or another process), or a
 		// marker: read the key. Nothing there: try again (a decision
 		// still running makes the next attempt wait for it).
-		rows, lerr := in.s.st.lookup(ctx, h.Sink, []checkpointKey{h.key()})
+		rows, lerr := in.s.books.lookup(ctx, h.Sink, []checkpointKey{h.key()})
 		if lerr != nil {
 			continue
 		}
@@ -585,7 +584,7 @@ func (in *instance) claim(ctx context.Context, h Handle) (stored, error) {
 		}
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
 		var row stored
-		row, err = in.s.st.claim(cctx, h.Sink, h.key())
+		row, err = in.s.books.claim(cctx, h.Sink, h.key())
 		cancel()
 		if err == nil {
 			return row, nil
@@ -595,26 +594,6 @@ func (in *instance) claim(ctx context.Context, h Handle) (stored, error) {
 		err = ctx.Err()
 	}
 	return stored{}, err
-}
-
-func backoff(attempt int) time.Duration {
-	return min(50*time.Millisecond<<attempt, 2*time.Second)
-}
-
-// jitter returns a random duration in [d/2, d).
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // commitBranch commits one prepared branch of a decided checkpoint: on its
@@ -779,7 +758,7 @@ func (in *instance) Take(ctx context.Context, partitions []string) (map[string]s
 	if len(partitions) == 0 {
 		return map[string]string{}, nil
 	}
-	rows, err := in.s.st.take(ctx, in.s.cfg.Name, in.inc, partitions)
+	rows, err := in.s.books.take(ctx, in.s.cfg.Name, in.inc, partitions)
 	if err != nil {
 		return nil, err
 	}
@@ -826,7 +805,7 @@ func (in *instance) Rewind(ctx context.Context, partitions []string) (map[string
 	if err := in.s.check(); err != nil {
 		return nil, nil, err
 	}
-	rows, err := in.s.st.read(ctx, in.s.cfg.Name, partitions)
+	rows, err := in.s.books.read(ctx, in.s.cfg.Name, partitions)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -888,12 +867,12 @@ func (in *instance) resolve(ctx context.Context, v View) error {
 	keys := slices.SortedFunc(maps.Keys(orphans), func(a, b checkpointKey) int {
 		return cmp.Or(cmp.Compare(a.incarnation, b.incarnation), cmp.Compare(a.checkpoint, b.checkpoint))
 	})
-	rows, err := in.s.st.lookup(ctx, in.s.cfg.Name, keys)
+	rows, err := in.s.books.lookup(ctx, in.s.cfg.Name, keys)
 	if err != nil {
 		return err
 	}
 	if !v.External {
-		owners, err := in.s.st.owners(ctx, in.s.cfg.Name)
+		owners, err := in.s.books.owners(ctx, in.s.cfg.Name)
 		if err != nil {
 			return err
 		}
@@ -912,7 +891,7 @@ func (in *instance) resolve(ctx context.Context, v View) error {
 		}
 		row := rows[k]
 		if act == ActFence {
-			row, err = in.s.st.claim(ctx, in.s.cfg.Name, k)
+			row, err = in.s.books.claim(ctx, in.s.cfg.Name, k)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("fencing %s: %w", o.Ref, err))
 				continue
@@ -952,7 +931,7 @@ func (in *instance) resolve(ctx context.Context, v View) error {
 			// comes back after a restart, and only its decision row then
 			// says it committed.
 			in.log.Warn("sink: keeping old decision rows", "why", why)
-		} else if _, err := in.s.st.forget(ctx, in.s.cfg.Name, in.s.cfg.DecisionRetention, keys); err != nil {
+		} else if _, err := in.s.books.forget(ctx, in.s.cfg.Name, in.s.cfg.DecisionRetention, keys); err != nil {
 			errs = append(errs, fmt.Errorf("forgetting old decisions: %w", err))
 		}
 	}
@@ -1045,7 +1024,7 @@ func (s *Sink) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{Sink: s.cfg.Name}, err
 	}
-	st, err := s.st.status(ctx, s.cfg.Name)
+	st, err := s.books.status(ctx, s.cfg.Name)
 	if err != nil {
 		return st, err
 	}
@@ -1055,7 +1034,7 @@ func (s *Sink) Status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	keys := slices.Collect(maps.Keys(orphans))
-	rows, err := s.st.lookup(ctx, s.cfg.Name, keys)
+	rows, err := s.books.lookup(ctx, s.cfg.Name, keys)
 	if err != nil {
 		return st, err
 	}

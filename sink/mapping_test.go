@@ -130,7 +130,7 @@ func TestTableValidate(t *testing.T) {
 }
 
 func TestUpsertBufferKeepsLastPerKey(t *testing.T) {
-	tg := &target{cfg: TargetConfig{Name: "x", Driver: DriverPostgres}.withDefaults()}
+	tg := &target{cfg: TargetConfig{Name: "x", Driver: DriverPostgres}.withDefaults(), d: postgresDialect{}}
 	tb := compileTable(Table{Name: "t", Columns: []Column{{Name: "k"}, {Name: "v"}}, Upsert: true, Key: []string{"k"}}, tg)
 	var b buffer
 	b.add(tb, []any{int64(1), "a"})
@@ -140,13 +140,13 @@ func TestUpsertBufferKeepsLastPerKey(t *testing.T) {
 	if !reflect.DeepEqual(b.rows, want) {
 		t.Fatalf("%v, want %v", b.rows, want)
 	}
-	if tb.pgSuffix != ` ON CONFLICT ("k") DO UPDATE SET "v" = EXCLUDED."v"` || tb.pgPrefix != `INSERT INTO "t" ("k","v") VALUES ` {
-		t.Fatalf("statement: %q ... %q", tb.pgPrefix, tb.pgSuffix)
+	if tb.sql.conflict != ` ON CONFLICT ("k") DO UPDATE SET "v" = EXCLUDED."v"` || tb.sql.insert != `INSERT INTO "t" ("k","v") VALUES ` {
+		t.Fatalf("statement: %q ... %q", tb.sql.insert, tb.sql.conflict)
 	}
 	my := compileTable(Table{Name: "s.t", Columns: []Column{{Name: "k"}, {Name: "v`"}}, Upsert: true, Key: []string{"k"}},
-		&target{cfg: TargetConfig{Name: "m", Driver: DriverMySQL}})
-	if my.myPrefix != "INSERT INTO `s`.`t` (`k`,`v```) VALUES " || my.myRow != "(?,?)" || my.mySuffix != " ON DUPLICATE KEY UPDATE `v```=VALUES(`v```)" {
-		t.Fatalf("statement: %q %q %q", my.myPrefix, my.myRow, my.mySuffix)
+		&target{cfg: TargetConfig{Name: "m", Driver: DriverMySQL}, d: mysqlDialect{}})
+	if my.sql.insert != "INSERT INTO `s`.`t` (`k`,`v```) VALUES " || my.sql.row != "(?,?)" || my.sql.conflict != " ON DUPLICATE KEY UPDATE `v```=VALUES(`v```)" {
+		t.Fatalf("statement: %q %q %q", my.sql.insert, my.sql.row, my.sql.conflict)
 	}
 }
 

@@ -65,11 +65,12 @@ type Sink struct {
 	names    []string // target names, sorted
 	tables   map[string]*table
 	mapFn    MapFunc
-	st       store
-	progress string
-	// tstores are the stores on the targets other than the progress
-	// target, for their bindings (identity.go).
-	tstores map[string]store
+	progress string // the progress target's name
+	// books is the progress target's store: the protocol's bookkeeping.
+	books bookkeeping
+	// stores are every target's stores (the progress target's is books),
+	// by name: their bindings (identity.go) and catalogues (tablecheck.go).
+	stores map[string]store
 
 	closed atomic.Bool
 	// hook is called at protocol steps (tests simulate crashes with it).
@@ -177,20 +178,15 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 	for id, tb := range s.tables {
 		s.tables[id] = compileTable(tb.Table, s.targets[tb.Target])
 	}
-	st, err := storeFor(ctx, *progress)
-	if err != nil {
-		return nil, err
-	}
-	s.st = st
-	s.tstores = map[string]store{}
+	s.stores = map[string]store{}
 	for _, tc := range cfg.Targets {
-		if tc.Name == cfg.Progress {
-			continue
-		}
-		if s.tstores[tc.Name], err = storeFor(ctx, tc); err != nil {
+		st, err := openStore(ctx, tc)
+		if err != nil {
 			return nil, err
 		}
+		s.stores[tc.Name] = st
 	}
+	s.books = s.stores[cfg.Progress]
 	ok = true
 	return s, nil
 }
@@ -201,10 +197,7 @@ func (s *Sink) closeAll() {
 			t.close()
 		}
 	}
-	if s.st != nil {
-		s.st.close()
-	}
-	for _, st := range s.tstores {
+	for _, st := range s.stores {
 		st.close()
 	}
 }
@@ -320,7 +313,7 @@ func (s *Sink) newInstance(ctx context.Context, external bool, member, generatio
 	var err error
 	if external {
 		in.inc = ExternalIncarnation(member, generation)
-		err = s.st.register(ctx, s.cfg.Name, in.inc, s.cfg.Host, s.cfg.PID)
+		err = s.books.register(ctx, s.cfg.Name, in.inc, s.cfg.Host, s.cfg.PID)
 		var ge *generationError
 		if errors.As(err, &ge) {
 			if errors.Is(err, errGenerationStale) {
@@ -332,7 +325,7 @@ func (s *Sink) newInstance(ctx context.Context, external bool, member, generatio
 			}
 		}
 	} else {
-		in.inc, err = s.st.allocate(ctx, s.cfg.Name, s.cfg.Host, s.cfg.PID)
+		in.inc, err = s.books.allocate(ctx, s.cfg.Name, s.cfg.Host, s.cfg.PID)
 	}
 	if err != nil {
 		s.release(in)

@@ -12,84 +12,9 @@ import (
 	"github.com/xadb/xa/xa"
 )
 
-// store is the sink's bookkeeping in the progress target: the tables
-// xa_sink_progress, xa_sink_decisions and xa_sink_instances. Each method
-// is one local transaction, committed before it returns.
-type store interface {
-	// setup creates the tables if they are missing.
-	setup(ctx context.Context) error
-	// tableExists reports whether a table ("table" or "schema.table")
-	// exists, as the sink's statements would find it.
-	tableExists(ctx context.Context, name string) (bool, error)
-	// tableShape returns a table's columns and its unique keys, as the
-	// sink's statements would find the table (exists is false if they
-	// would not).
-	tableShape(ctx context.Context, name string) (tableShape, error)
-	// slots reports the server's prepared-transaction limit and use, when
-	// its kind has one, and which server that is (databases of one
-	// server share the slots).
-	slots(ctx context.Context) (server string, max, inUse int, limited bool, err error)
-	// allocate inserts a new instance row and returns its incarnation:
-	// one more than the sink's highest self-driven incarnation.
-	allocate(ctx context.Context, sink, host string, pid int) (uint64, error)
-	// register records an external member's incarnation and raises the
-	// sink's generation fence (xa_sink_generations) to its generation, in
-	// one transaction. It refuses, with an error matching
-	// errGenerationStale, a generation below the highest registered (a
-	// later generation has started), and, matching errGenerationReused,
-	// an incarnation (member and generation) registered already; both
-	// wrap a *generationError.
-	register(ctx context.Context, sink string, inc uint64, host string, pid int) error
-	// take raises the epoch of each partition and makes inc its owner,
-	// creating missing rows (epoch 1, empty position), and returns the
-	// rows as they are now.
-	take(ctx context.Context, sink string, inc uint64, parts []string) ([]PartitionStatus, error)
-	// read returns the rows of parts (missing ones are left out).
-	read(ctx context.Context, sink string, parts []string) ([]PartitionStatus, error)
-	// decide is step 3 for h: in one round trip, move the positions and
-	// insert the decision row (with the origins of h's branches). An
-	// external member's decision moves the progress rows forward (by
-	// generation, then checkpoint id) without conditions: they are the
-	// caller's record, not a fence; committer is the generation of the
-	// member that commits h, whoever's handle it is (its own, another
-	// member's, or one restored from a checkpoint). An error matching
-	// errEpochMoved: nothing was committed, a partition's row no longer
-	// carries the epoch and owner (or, external, a generation above the
-	// committer's is registered:
-	// read under a shared lock of the sink's generation fence row, which
-	// register raises under an exclusive one, so that a registration
-	// either sees the decision committed or refuses it).
-	// Any other error: the decision may or may not have committed (claim
-	// settles it).
-	decide(ctx context.Context, h Handle, committer uint32) error
-	// claim inserts an abort marker under k in its own
-	// transaction, waiting for a decision of the same key in flight, and
-	// returns the row that holds the key afterwards: the marker, or the
-	// commit decision that won.
-	claim(ctx context.Context, sink string, k checkpointKey) (stored, error)
-	// lookup returns the rows held under keys.
-	lookup(ctx context.Context, sink string, keys []checkpointKey) (map[checkpointKey]stored, error)
-	// owners returns the incarnations that own at least one partition.
-	owners(ctx context.Context, sink string) (map[uint64]bool, error)
-	// forget deletes decisions and markers decided before cutoff (by the
-	// progress target's clock, as now() - age), except keep.
-	forget(ctx context.Context, sink string, age time.Duration, keep []checkpointKey) (int, error)
-	// status reads the progress and instance rows.
-	status(ctx context.Context, sink string) (Status, error)
-	// bindings returns the sink's rows of xa_sink_bindings in this
-	// store, by target (none, without an error, when the table is
-	// missing).
-	bindings(ctx context.Context, sink string) (map[string]binding, error)
-	// bind creates xa_sink_bindings if missing and stores b: a new row,
-	// or the participant id of a row of the same ids that has none.
-	bind(ctx context.Context, b binding) error
-	// unbind deletes the sink's row of target.
-	unbind(ctx context.Context, sink, target string) error
-	// describe says which store this is, for operators: kind, database,
-	// server, schema.
-	describe(ctx context.Context) (string, error)
-	close()
-}
+// This file holds what the dialects' stores share: the values they pass
+// (keys, what a key holds, the refusals of register), the text of a
+// decision's origins, and the scanning of the rows both pools read.
 
 // errEpochMoved: the decision found a partition without the epoch and
 // owner it was written under.
@@ -128,54 +53,6 @@ func (e *generationError) Unwrap() error { return e.reason }
 
 // lowWord masks an external incarnation's generation.
 const lowWord = 1<<32 - 1
-
-// Status is what the progress target says about a sink.
-type Status struct {
-	Sink       string
-	Partitions []PartitionStatus
-	Instances  []InstanceStatus
-	// Branches are the sink's prepared branches on its targets, with
-	// what restore would do with each; filled by Sink.Status only.
-	Branches []BranchStatus
-	// Removed are the targets set up for the sink that the configuration
-	// no longer has (Sink.Status only): their prepared branches are
-	// neither listed nor resolved, and restore forgets no decision while
-	// there is one.
-	Removed []RemovedTarget
-}
-
-// PartitionStatus is one row of xa_sink_progress.
-type PartitionStatus struct {
-	Partition string
-	// Position is where reading resumes ("" : the source's start).
-	Position string
-	Epoch    int64
-	// Owner is the incarnation holding the epoch.
-	Owner uint64
-	// Checkpoint is the last checkpoint decided for the partition (the
-	// caller's checkpoint id for an external member).
-	Checkpoint uint64
-	Updated    time.Time
-}
-
-// InstanceStatus is one row of xa_sink_instances, and how many partitions
-// the incarnation owns.
-type InstanceStatus struct {
-	Incarnation uint64
-	Started     time.Time
-	Host        string
-	PID         int
-	Partitions  int
-}
-
-// BranchStatus is one prepared branch of the sink.
-type BranchStatus struct {
-	Ref      Ref
-	Age      time.Duration
-	Decision Decision
-	Action   Action
-	Why      string
-}
 
 // encodeOrigins writes where each MySQL branch was prepared, for phase two
 // from another session: "target=session:unixnano;...". Targets without an
@@ -223,92 +100,26 @@ func decodeOrigins(s string) map[string]xa.Origin {
 	return out
 }
 
-// storeFor opens the bookkeeping store on a target.
-func storeFor(ctx context.Context, c TargetConfig) (store, error) {
-	switch c.kind() {
-	case DriverMySQL:
-		return openMyStore(ctx, c)
-	case DriverPostgres:
-		return openPgStore(ctx, c)
+// openStore opens the store of target c's dialect (dialectFor).
+func openStore(ctx context.Context, c TargetConfig) (store, error) {
+	d, err := dialectFor(c.kind())
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("%w: driver %q", ErrConfig, c.Driver)
+	return d.open(ctx, c)
 }
 
-// Setup creates the sink's tables (xa_sink_progress, xa_sink_decisions,
-// xa_sink_instances, xa_sink_generations) in the progress target if they
-// are missing. It is idempotent; run it once before the first instance
-// (xactl sink setup), and again after an upgrade that adds a table.
-func Setup(ctx context.Context, progress TargetConfig) error {
-	if err := progress.validate(); err != nil {
+// withStore validates c, opens its store for f and closes it after.
+func withStore(ctx context.Context, c TargetConfig, f func(store) error) error {
+	if err := c.validate(); err != nil {
 		return err
 	}
-	st, err := storeFor(ctx, progress)
+	st, err := openStore(ctx, c)
 	if err != nil {
 		return err
 	}
 	defer st.close()
-	return st.setup(ctx)
-}
-
-// Tables lists the bookkeeping tables Setup creates.
-func Tables() []string {
-	return []string{"xa_sink_progress", "xa_sink_decisions", "xa_sink_instances", "xa_sink_generations"}
-}
-
-// TablesExist reports, for each of names ("table" or "schema.table"),
-// whether target t holds it, as the sink's statements would find it.
-func TablesExist(ctx context.Context, t TargetConfig, names []string) (map[string]bool, error) {
-	if err := t.validate(); err != nil {
-		return nil, err
-	}
-	st, err := storeFor(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	defer st.close()
-	out := make(map[string]bool, len(names))
-	for _, n := range names {
-		ok, err := st.tableExists(ctx, n)
-		if err != nil {
-			return nil, fmt.Errorf("sink: target %s: looking for table %s: %w", t.Name, n, err)
-		}
-		out[n] = ok
-	}
-	return out, nil
-}
-
-// PreparedSlots reports how many prepared transactions target t's server
-// may hold at once and holds now, where its kind sets a limit
-// (PostgreSQL's max_prepared_transactions, shared by every database of the
-// server, which server names); limited is false for kinds without one
-// (MySQL, MariaDB).
-func PreparedSlots(ctx context.Context, t TargetConfig) (server string, max, inUse int, limited bool, err error) {
-	if err := t.validate(); err != nil {
-		return "", 0, 0, false, err
-	}
-	st, err := storeFor(ctx, t)
-	if err != nil {
-		return "", 0, 0, false, err
-	}
-	defer st.close()
-	return st.slots(ctx)
-}
-
-// ReadStatus reads a sink's progress and instances from its progress
-// target, without opening the other targets (Status.Branches stays empty).
-func ReadStatus(ctx context.Context, progress TargetConfig, sink string) (Status, error) {
-	if err := progress.validate(); err != nil {
-		return Status{}, err
-	}
-	if err := ValidateName(sink); err != nil {
-		return Status{}, err
-	}
-	st, err := storeFor(ctx, progress)
-	if err != nil {
-		return Status{}, err
-	}
-	defer st.close()
-	return st.status(ctx, sink)
+	return f(st)
 }
 
 // maxSelfIncarnation bounds self-driven incarnations (external ones carry
@@ -323,4 +134,77 @@ func countOwned(s *Status) {
 	for i := range s.Instances {
 		s.Instances[i].Partitions = n[s.Instances[i].Incarnation]
 	}
+}
+
+// scanPartitions reads rows of (partition, position, epoch, owner,
+// checkpoint, updated).
+func scanPartitions(rs rows) ([]PartitionStatus, error) {
+	var out []PartitionStatus
+	for rs.Next() {
+		var p PartitionStatus
+		var owner, cp int64
+		if err := rs.Scan(&p.Partition, &p.Position, &p.Epoch, &owner, &cp, &p.Updated); err != nil {
+			return nil, err
+		}
+		p.Owner, p.Checkpoint = uint64(owner), uint64(cp)
+		out = append(out, p)
+	}
+	return out, rs.Err()
+}
+
+// scanStored reads rows of (incarnation, checkpoint, aborted, origins)
+// into out.
+func scanStored(rs rows, out map[checkpointKey]stored) error {
+	for rs.Next() {
+		var i, c int64
+		var row stored
+		if err := rs.Scan(&i, &c, &row.aborted, &row.origins); err != nil {
+			return err
+		}
+		out[checkpointKey{uint64(i), uint64(c)}] = row
+	}
+	return rs.Err()
+}
+
+// scanOwners reads rows of one owner each.
+func scanOwners(rs rows) (map[uint64]bool, error) {
+	out := map[uint64]bool{}
+	for rs.Next() {
+		var o int64
+		if err := rs.Scan(&o); err != nil {
+			return nil, err
+		}
+		out[uint64(o)] = true
+	}
+	return out, rs.Err()
+}
+
+// scanInstances reads rows of (incarnation, started, host, pid).
+func scanInstances(rs rows) ([]InstanceStatus, error) {
+	var out []InstanceStatus
+	for rs.Next() {
+		var in InstanceStatus
+		var inc int64
+		var pid int32
+		if err := rs.Scan(&inc, &in.Started, &in.Host, &pid); err != nil {
+			return nil, err
+		}
+		in.Incarnation, in.PID = uint64(inc), int(pid)
+		out = append(out, in)
+	}
+	return out, rs.Err()
+}
+
+// scanBindings reads rows of (target, target_id, progress_id,
+// participant_id, target_where, progress_where, bound) of sink.
+func scanBindings(rs rows, sink string) (map[string]binding, error) {
+	out := map[string]binding{}
+	for rs.Next() {
+		b := binding{sink: sink}
+		if err := rs.Scan(&b.target, &b.targetID, &b.progressID, &b.participantID, &b.where, &b.progressWhere, &b.bound); err != nil {
+			return nil, err
+		}
+		out[b.target] = b
+	}
+	return out, rs.Err()
 }

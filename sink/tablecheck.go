@@ -104,21 +104,18 @@ func (e *TableError) Unwrap() error { return ErrTable }
 // does not fit and nil for each that does; err is set when the catalogue
 // could not be read.
 func CheckTables(ctx context.Context, t TargetConfig, tables []Table) ([]*TableError, error) {
-	if err := t.validate(); err != nil {
-		return nil, err
-	}
-	st, err := storeFor(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	defer st.close()
-	tes, _, err := checkTables(ctx, st, t.Name, tables)
+	var tes []*TableError
+	err := withStore(ctx, t, func(st store) error {
+		var err error
+		tes, _, err = checkTables(ctx, st, t.Name, tables)
+		return err
+	})
 	return tes, err
 }
 
 // checkTables returns, in the order of tables, how each does not fit (nil
 // if it does) and, for each, the kinds of its mapped columns.
-func checkTables(ctx context.Context, st store, target string, tables []Table) ([]*TableError, [][]colKind, error) {
+func checkTables(ctx context.Context, st catalogue, target string, tables []Table) ([]*TableError, [][]colKind, error) {
 	out := make([]*TableError, len(tables))
 	kinds := make([][]colKind, len(tables))
 	for i, tb := range tables {
@@ -227,19 +224,7 @@ func (s *Sink) checkTables(ctx context.Context) error {
 			continue
 		}
 		slices.SortFunc(tables, func(a, b Table) int { return strings.Compare(a.id(), b.id()) })
-		var st store
-		if name == s.progress {
-			st = s.st
-		} else {
-			var err error
-			if st, err = storeFor(ctx, s.targets[name].cfg); err != nil {
-				return fmt.Errorf("sink: target %s: checking its tables: %w", name, err)
-			}
-		}
-		tes, kinds, err := checkTables(ctx, st, name, tables)
-		if st != s.st {
-			st.close()
-		}
+		tes, kinds, err := checkTables(ctx, s.stores[name], name, tables)
 		if err != nil {
 			return err
 		}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -124,35 +123,20 @@ func (s *pgStore) setup(ctx context.Context) error {
 	return nil
 }
 
-func pgCode(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
-}
-
+// allocate: instances starting together collide on the next number; they
+// retry (retryCollisions).
 func (s *pgStore) allocate(ctx context.Context, sink, host string, pid int) (uint64, error) {
-	var err error
-	for attempt := range 10 {
-		// Instances starting together collide on the next number: each
-		// retry waits a random part of a growing backoff.
-		if attempt > 0 && !sleep(ctx, jitter(backoff(attempt))) {
-			break
-		}
-		var inc int64
-		err = s.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&inc) },
+	var inc int64
+	err := retryCollisions(ctx, 10, func(err error) bool { return pgClass(err) == classDuplicate }, func() error {
+		return s.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&inc) },
 			`INSERT INTO xa_sink_instances (sink, incarnation, host, pid)
 			SELECT $1, COALESCE(max(incarnation), 0) + 1, $2, $3 FROM xa_sink_instances WHERE sink = $1 AND incarnation < $4
 			RETURNING incarnation`, sink, host, pid, maxSelfIncarnation)
-		if err == nil {
-			return uint64(inc), nil
-		}
-		if pgCode(err) != "23505" {
-			break
-		}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sink: allocating an incarnation: %w", err)
 	}
-	return 0, fmt.Errorf("sink: allocating an incarnation: %w", err)
+	return uint64(inc), nil
 }
 
 // register locks the sink's generation fence row (creating it if
@@ -195,21 +179,6 @@ func (s *pgStore) register(ctx context.Context, sink string, inc uint64, host st
 	return tx.Commit(ctx)
 }
 
-func scanPartitions(rows pgx.Rows) ([]PartitionStatus, error) {
-	defer rows.Close()
-	var out []PartitionStatus
-	for rows.Next() {
-		var p PartitionStatus
-		var owner, cp int64
-		if err := rows.Scan(&p.Partition, &p.Position, &p.Epoch, &owner, &cp, &p.Updated); err != nil {
-			return nil, err
-		}
-		p.Owner, p.Checkpoint = uint64(owner), uint64(cp)
-		out = append(out, p)
-	}
-	return out, rows.Err()
-}
-
 func (s *pgStore) take(ctx context.Context, sink string, inc uint64, parts []string) ([]PartitionStatus, error) {
 	parts = slices.Sorted(slices.Values(parts)) // one lock order for every taker
 	var out []PartitionStatus
@@ -218,6 +187,7 @@ func (s *pgStore) take(ctx context.Context, sink string, inc uint64, parts []str
 		if err != nil {
 			return err
 		}
+		defer rows.Close()
 		out, err = scanPartitions(rows)
 		return err
 	}, `INSERT INTO xa_sink_progress AS p (sink, "partition", epoch, owner, position, checkpoint)
@@ -236,6 +206,7 @@ func (s *pgStore) read(ctx context.Context, sink string, parts []string) ([]Part
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	return scanPartitions(rows)
 }
 
@@ -268,7 +239,7 @@ func (s *pgStore) decide(ctx context.Context, h Handle, committer uint32) error 
 			INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, origins)
 			SELECT $1, $2, CASE WHEN count(*) = $7 THEN $6::bigint END, false, $8 FROM upd`,
 			h.Sink, int64(h.Incarnation), names, epochs, positions, int64(h.Checkpoint), len(names), encodeOrigins(h.Branches))
-		if pgCode(err) == "23502" {
+		if pgClass(err) == classNotNull {
 			return fmt.Errorf("%w: %v", errEpochMoved, err)
 		}
 		return err
@@ -285,7 +256,7 @@ func (s *pgStore) decide(ctx context.Context, h Handle, committer uint32) error 
 			WHERE (excluded.epoch, excluded.checkpoint) > (p.epoch, p.checkpoint)`,
 		h.Sink, int64(h.Incarnation), names, positions, int64(h.Checkpoint), encodeOrigins(h.Branches), int64(ref.Generation()), int64(h.ID),
 		int64(committer))
-	if pgCode(err) == "23502" {
+	if pgClass(err) == classNotNull {
 		return fmt.Errorf("%w: a generation above the committer's (%d) is registered: %v", errEpochMoved, committer, err)
 	}
 	return err
@@ -332,15 +303,7 @@ func (s *pgStore) lookup(ctx context.Context, sink string, keys []checkpointKey)
 		return nil, err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var i, c int64
-		var row stored
-		if err := rows.Scan(&i, &c, &row.aborted, &row.origins); err != nil {
-			return nil, err
-		}
-		out[checkpointKey{uint64(i), uint64(c)}] = row
-	}
-	return out, rows.Err()
+	return out, scanStored(rows, out)
 }
 
 func (s *pgStore) owners(ctx context.Context, sink string) (map[uint64]bool, error) {
@@ -349,15 +312,7 @@ func (s *pgStore) owners(ctx context.Context, sink string) (map[uint64]bool, err
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[uint64]bool{}
-	for rows.Next() {
-		var o int64
-		if err := rows.Scan(&o); err != nil {
-			return nil, err
-		}
-		out[uint64(o)] = true
-	}
-	return out, rows.Err()
+	return scanOwners(rows)
 }
 
 func (s *pgStore) forget(ctx context.Context, sink string, age time.Duration, keep []checkpointKey) (int, error) {
@@ -383,7 +338,9 @@ func (s *pgStore) status(ctx context.Context, sink string) (Status, error) {
 	if err != nil {
 		return st, err
 	}
-	if st.Partitions, err = scanPartitions(rows); err != nil {
+	st.Partitions, err = scanPartitions(rows)
+	rows.Close()
+	if err != nil {
 		return st, err
 	}
 	rows, err = s.pool.Query(ctx, `SELECT incarnation, started, host, pid FROM xa_sink_instances WHERE sink = $1 ORDER BY incarnation`, sink)
@@ -391,18 +348,9 @@ func (s *pgStore) status(ctx context.Context, sink string) (Status, error) {
 		return st, err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var in InstanceStatus
-		var inc int64
-		var pid int32
-		if err := rows.Scan(&inc, &in.Started, &in.Host, &pid); err != nil {
-			return st, err
-		}
-		in.Incarnation, in.PID = uint64(inc), int(pid)
-		st.Instances = append(st.Instances, in)
-	}
+	st.Instances, err = scanInstances(rows)
 	countOwned(&st)
-	return st, rows.Err()
+	return st, err
 }
 
 func (s *pgStore) tableExists(ctx context.Context, name string) (bool, error) {
@@ -508,25 +456,18 @@ const pgBindingsDDL = `CREATE TABLE IF NOT EXISTS xa_sink_bindings (
 func (s *pgStore) bindings(ctx context.Context, sink string) (map[string]binding, error) {
 	rows, err := s.pool.Query(ctx, `SELECT target, target_id, progress_id, participant_id, target_where, progress_where, bound
 		FROM xa_sink_bindings WHERE sink = $1`, sink)
-	if pgCode(err) == "42P01" { // undefined_table
+	if pgClass(err) == classNoTable {
 		return map[string]binding{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string]binding{}
-	for rows.Next() {
-		b := binding{sink: sink}
-		if err := rows.Scan(&b.target, &b.targetID, &b.progressID, &b.participantID, &b.where, &b.progressWhere, &b.bound); err != nil {
-			return nil, err
-		}
-		out[b.target] = b
-	}
-	if pgCode(rows.Err()) == "42P01" {
+	out, err := scanBindings(rows, sink)
+	if pgClass(err) == classNoTable {
 		return map[string]binding{}, nil
 	}
-	return out, rows.Err()
+	return out, err
 }
 
 // bind runs in one durable transaction (pgDurable).

@@ -45,23 +45,8 @@ var myDDL = []string{
 		"PRIMARY KEY (sink)) ENGINE=InnoDB",
 }
 
-// MySQL error numbers the store tells apart.
-const (
-	myBadNull   = 1048 // ER_BAD_NULL_ERROR
-	myNoTable   = 1146 // ER_NO_SUCH_TABLE
-	myDupEntry  = 1062 // ER_DUP_ENTRY
-	myLockWait  = 1205 // ER_LOCK_WAIT_TIMEOUT
-	myDeadlock  = 1213 // ER_LOCK_DEADLOCK
-	myChunkKeys = 1000
-)
-
-func myErrno(err error) uint16 {
-	var me *gomysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number
-	}
-	return 0
-}
+// myChunkKeys bounds the keys of one lookup statement.
+const myChunkKeys = 1000
 
 func openMyStore(ctx context.Context, c TargetConfig) (*myStore, error) {
 	cfg, err := gomysql.ParseDSN(c.DSN)
@@ -94,58 +79,42 @@ func (s *myStore) setup(ctx context.Context) error {
 	return nil
 }
 
+// allocate: instances starting together deadlock on the range lock, or
+// collide on the number; they retry (retryCollisions).
 func (s *myStore) allocate(ctx context.Context, sink, host string, pid int) (uint64, error) {
-	var err error
-	for attempt := range 10 {
-		// Instances starting together deadlock on the range lock: each
-		// retry waits a random part of a growing backoff, so that they
-		// stop colliding.
-		if attempt > 0 && !sleep(ctx, jitter(backoff(attempt))) {
-			break
+	var inc int64
+	err := retryCollisions(ctx, 10, func(err error) bool {
+		c := myClass(err)
+		return c == classDuplicate || c == classContention
+	}, func() error {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
 		}
-		var inc int64
-		inc, err = func() (int64, error) {
-			tx, err := s.db.BeginTx(ctx, nil)
-			if err != nil {
-				return 0, err
-			}
-			defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-			var inc int64
-			if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(incarnation), 0) + 1 FROM xa_sink_instances WHERE sink = ? AND incarnation < ? FOR UPDATE",
-				sink, maxSelfIncarnation).Scan(&inc); err != nil {
-				return 0, err
-			}
-			if _, err := tx.ExecContext(ctx, "INSERT INTO xa_sink_instances (sink, incarnation, started, host, pid) VALUES (?, ?, UTC_TIMESTAMP(6), ?, ?)",
-				sink, inc, host, pid); err != nil {
-				return 0, err
-			}
-			return inc, tx.Commit()
-		}()
-		if err == nil {
-			return uint64(inc), nil
+		defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+		if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(incarnation), 0) + 1 FROM xa_sink_instances WHERE sink = ? AND incarnation < ? FOR UPDATE",
+			sink, maxSelfIncarnation).Scan(&inc); err != nil {
+			return err
 		}
-		if n := myErrno(err); n != myDupEntry && n != myDeadlock && n != myLockWait {
-			break
+		if _, err := tx.ExecContext(ctx, "INSERT INTO xa_sink_instances (sink, incarnation, started, host, pid) VALUES (?, ?, UTC_TIMESTAMP(6), ?, ?)",
+			sink, inc, host, pid); err != nil {
+			return err
 		}
+		return tx.Commit()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sink: allocating an incarnation: %w", err)
 	}
-	return 0, fmt.Errorf("sink: allocating an incarnation: %w", err)
+	return uint64(inc), nil
 }
 
 // register: see pgStore.register. The fence row is created (from the
 // instance rows' highest generation) and locked FOR UPDATE first.
 func (s *myStore) register(ctx context.Context, sink string, inc uint64, host string, pid int) error {
 	gen := int64(inc & lowWord)
-	var err error
-	for attempt := range 5 {
-		if attempt > 0 && !sleep(ctx, jitter(backoff(attempt))) {
-			break
-		}
-		err = s.registerOnce(ctx, sink, inc, gen, host, pid)
-		if n := myErrno(err); n != myDeadlock && n != myLockWait {
-			return err
-		}
-	}
-	return err
+	return retryCollisions(ctx, 5, func(err error) bool { return myClass(err) == classContention }, func() error {
+		return s.registerOnce(ctx, sink, inc, gen, host, pid)
+	})
 }
 
 func (s *myStore) registerOnce(ctx context.Context, sink string, inc uint64, gen int64, host string, pid int) error {
@@ -183,21 +152,6 @@ func (s *myStore) registerOnce(ctx context.Context, sink string, inc uint64, gen
 
 func placeholders(n int, one string) string {
 	return strings.TrimSuffix(strings.Repeat(one+",", n), ",")
-}
-
-func scanMyPartitions(rows *sql.Rows) ([]PartitionStatus, error) {
-	defer rows.Close()
-	var out []PartitionStatus
-	for rows.Next() {
-		var p PartitionStatus
-		var owner, cp int64
-		if err := rows.Scan(&p.Partition, &p.Position, &p.Epoch, &owner, &cp, &p.Updated); err != nil {
-			return nil, err
-		}
-		p.Owner, p.Checkpoint = uint64(owner), uint64(cp)
-		out = append(out, p)
-	}
-	return out, rows.Err()
 }
 
 func (s *myStore) take(ctx context.Context, sink string, inc uint64, parts []string) ([]PartitionStatus, error) {
@@ -240,7 +194,8 @@ func (s *myStore) readWith(ctx context.Context, q myQuerier, sink string, parts 
 	if err != nil {
 		return nil, err
 	}
-	return scanMyPartitions(rows)
+	defer rows.Close()
+	return scanPartitions(rows)
 }
 
 func (s *myStore) read(ctx context.Context, sink string, parts []string) ([]PartitionStatus, error) {
@@ -328,7 +283,7 @@ func (s *myStore) decide(ctx context.Context, h Handle, committer uint32) error 
 		}
 	}
 	conn.Close()
-	if myErrno(err) == myBadNull {
+	if myClass(err) == classNotNull {
 		return fmt.Errorf("%w: %v", errEpochMoved, err)
 	}
 	return err
@@ -341,7 +296,7 @@ func (s *myStore) claim(ctx context.Context, sink string, k checkpointKey) (stor
 		if err == nil {
 			return stored{aborted: true}, nil
 		}
-		if myErrno(err) != myDupEntry {
+		if myClass(err) != classDuplicate {
 			return stored{}, err
 		}
 		var row stored
@@ -368,17 +323,9 @@ func (s *myStore) lookup(ctx context.Context, sink string, keys []checkpointKey)
 		if err != nil {
 			return nil, err
 		}
-		for rows.Next() {
-			var i, c int64
-			var row stored
-			if err := rows.Scan(&i, &c, &row.aborted, &row.origins); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			out[checkpointKey{uint64(i), uint64(c)}] = row
-		}
+		err = scanStored(rows, out)
 		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err != nil {
 			return nil, err
 		}
 		keys = keys[n:]
@@ -392,15 +339,7 @@ func (s *myStore) owners(ctx context.Context, sink string) (map[uint64]bool, err
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[uint64]bool{}
-	for rows.Next() {
-		var o int64
-		if err := rows.Scan(&o); err != nil {
-			return nil, err
-		}
-		out[uint64(o)] = true
-	}
-	return out, rows.Err()
+	return scanOwners(rows)
 }
 
 func (s *myStore) forget(ctx context.Context, sink string, age time.Duration, keep []checkpointKey) (int, error) {
@@ -426,7 +365,9 @@ func (s *myStore) status(ctx context.Context, sink string) (Status, error) {
 	if err != nil {
 		return st, err
 	}
-	if st.Partitions, err = scanMyPartitions(rows); err != nil {
+	st.Partitions, err = scanPartitions(rows)
+	rows.Close()
+	if err != nil {
 		return st, err
 	}
 	rows, err = s.db.QueryContext(ctx, "SELECT incarnation, started, host, pid FROM xa_sink_instances WHERE sink = ? ORDER BY incarnation", sink)
@@ -434,17 +375,9 @@ func (s *myStore) status(ctx context.Context, sink string) (Status, error) {
 		return st, err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var in InstanceStatus
-		var inc int64
-		if err := rows.Scan(&inc, &in.Started, &in.Host, &in.PID); err != nil {
-			return st, err
-		}
-		in.Incarnation = uint64(inc)
-		st.Instances = append(st.Instances, in)
-	}
+	st.Instances, err = scanInstances(rows)
 	countOwned(&st)
-	return st, rows.Err()
+	return st, err
 }
 
 func (s *myStore) tableExists(ctx context.Context, name string) (bool, error) {
@@ -546,22 +479,14 @@ const myBindingsDDL = "CREATE TABLE IF NOT EXISTS xa_sink_bindings (" +
 func (s *myStore) bindings(ctx context.Context, sink string) (map[string]binding, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT target, target_id, progress_id, participant_id, target_where, progress_where, bound "+
 		"FROM xa_sink_bindings WHERE sink = ?", sink)
-	if myErrno(err) == myNoTable {
+	if myClass(err) == classNoTable {
 		return map[string]binding{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string]binding{}
-	for rows.Next() {
-		b := binding{sink: sink}
-		if err := rows.Scan(&b.target, &b.targetID, &b.progressID, &b.participantID, &b.where, &b.progressWhere, &b.bound); err != nil {
-			return nil, err
-		}
-		out[b.target] = b
-	}
-	return out, rows.Err()
+	return scanBindings(rows, sink)
 }
 
 func (s *myStore) bind(ctx context.Context, b binding) error {
