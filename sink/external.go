@@ -8,6 +8,11 @@ import (
 	"sync"
 )
 
+// MaxCheckpoint is the largest checkpoint number, and checkpoint id, a
+// driver gives a Committer: 12 hex digits, which the SQL sink's XIDs
+// carry.
+const MaxCheckpoint = 1<<48 - 1
+
 // Checkpointed is a transaction handle that knows the checkpoint it was
 // pre-committed under and which transaction it is.
 type Checkpointed interface {
