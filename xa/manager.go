@@ -55,6 +55,13 @@ type Config struct {
 	// branch needs no decision record, still commit synchronously. Call
 	// Manager.Close before exiting. Default false.
 	AsyncCommit bool
+
+	// Now is the coordinator's clock: it stamps each transaction's begin
+	// time into its global id (and so into every branch XID). Default
+	// time.Now. Tests set it to run a node whose clock is off; a clock
+	// made from time.Now (with its monotonic reading, as t.Add keeps it)
+	// keeps the transaction's own timeout exact.
+	Now func() time.Time
 }
 
 // Observer receives statistics of finished transactions. Implementations
@@ -235,6 +242,9 @@ func (m *Manager) Begin(ctx context.Context) (*Tx, error) {
 		return nil, ErrClosed
 	}
 	now := time.Now()
+	if m.cfg.Now != nil {
+		now = m.cfg.Now()
+	}
 	id, err := NewGlobalID(m.cfg.Node, now)
 	if err != nil {
 		return nil, err
