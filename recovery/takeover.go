@@ -137,11 +137,11 @@ func (t *Takeover) Run(ctx context.Context) {
 	tick := time.NewTicker(t.cfg.Interval)
 	defer tick.Stop()
 	for {
-		t.pass(ctx, func(taken TakenLog, e ExpiredLease, at time.Time) {
+		t.pass(ctx, func(taken TakenLog, e ExpiredLease) {
 			t.wg.Add(1)
 			go func() {
 				defer t.wg.Done()
-				t.finish(t.recover(ctx, taken, e, at))
+				t.finish(t.Recover(ctx, taken, e, nil))
 			}()
 		})
 		select {
@@ -160,11 +160,11 @@ func (t *Takeover) Once(ctx context.Context) ([]TakeoverReport, error) {
 	var out []TakeoverReport
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	err := t.pass(ctx, func(taken TakenLog, e ExpiredLease, at time.Time) {
+	err := t.pass(ctx, func(taken TakenLog, e ExpiredLease) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := t.recover(ctx, taken, e, at)
+			r := t.Recover(ctx, taken, e, nil)
 			t.finish(r)
 			mu.Lock()
 			out = append(out, r)
@@ -186,7 +186,7 @@ func (t *Takeover) finish(r TakeoverReport) {
 
 // pass takes over every expired lease not being recovered already and
 // hands each to start.
-func (t *Takeover) pass(ctx context.Context, start func(TakenLog, ExpiredLease, time.Time)) error {
+func (t *Takeover) pass(ctx context.Context, start func(TakenLog, ExpiredLease)) error {
 	expired, err := t.cfg.Store.Expired(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -216,19 +216,20 @@ func (t *Takeover) pass(ctx context.Context, start func(TakenLog, ExpiredLease, 
 			t.log.Info("not taking the decision log over", "node", e.Node, "log", e.Log, "err", err)
 			continue
 		}
-		at := time.Now()
 		t.log.Warn("took over a dead node's decision log; recovering its branches", "node", e.Node, "log", e.Log, "why", why)
-		start(taken, e, at)
+		start(taken, e)
 	}
 	return nil
 }
 
-// recover scans the log taken over until nothing of it is in doubt (no
-// branch of it prepared, no commit record left, every participant
-// answered), then releases it clean. It stops early when ctx ends or the
-// lease is lost (another process took it from this one), and then
-// releases it unclean (if it still holds it).
-func (t *Takeover) recover(ctx context.Context, taken TakenLog, e ExpiredLease, at time.Time) TakeoverReport {
+// Recover scans a log taken over (e says what it was) until nothing of it
+// is in doubt (no branch of it prepared, no commit record left, every
+// participant answered), then releases it clean; onScan, if set, sees
+// every scan's report. It stops early when ctx ends or the lease is lost
+// (another process took it from this one), and then releases it unclean
+// (if it still holds it). It closes taken.
+func (t *Takeover) Recover(ctx context.Context, taken TakenLog, e ExpiredLease, onScan func(Report)) TakeoverReport {
+	at := time.Now()
 	r := TakeoverReport{Log: e.Log, Node: e.Node, Previous: e.Holder, PreviousEpoch: e.Epoch, ExpiredFor: e.Since, Taken: at}
 	defer func() {
 		if err := taken.Close(); err != nil && r.Err == nil && !r.Released {
@@ -245,6 +246,9 @@ func (t *Takeover) recover(ctx context.Context, taken TakenLog, e ExpiredLease, 
 	for {
 		rep, err := sc.Scan(ctx)
 		r.Scans++
+		if err == nil && onScan != nil {
+			onScan(rep)
+		}
 		if err == nil {
 			for _, b := range rep.Branches {
 				if b.Done && b.Verdict == Commit {

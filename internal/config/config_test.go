@@ -126,15 +126,19 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestLogKind: kind defaults to file; sql is named as not supported yet;
-// anything else is an unknown kind.
+// TestLogKind: kind defaults to file; postgres and mysql (and their
+// aliases) need log.dsn; sql names no database; anything else is an
+// unknown kind.
 func TestLogKind(t *testing.T) {
-	for _, tc := range []struct{ kind, want string }{
-		{"", ""}, {"file", ""}, {"FILE", ""},
-		{"sql", "sql is not supported yet"},
-		{"pebble", `"pebble" is not a kind of decision log`},
+	for _, tc := range []struct{ kind, dsn, want, is string }{
+		{"", "", "", LogFile}, {"file", "", "", LogFile}, {"FILE", "", "", LogFile},
+		{"postgres", "postgres://db/logs", "", LogPostgres}, {"PostgreSQL", "postgres://db/logs", "", LogPostgres},
+		{"mysql", "u@tcp(db)/logs", "", LogMySQL}, {"mariadb", "u@tcp(db)/logs", "", LogMySQL},
+		{"postgres", "", "log.dsn is not set", ""},
+		{"sql", "", "sql names no database: use postgres or mysql", ""},
+		{"pebble", "", `"pebble" is not a kind of decision log`, ""},
 	} {
-		c := &Config{Log: Log{Kind: tc.kind, Dir: "/d"}}
+		c := &Config{Log: Log{Kind: tc.kind, Dir: "/d", DSN: tc.dsn}}
 		c.Defaults()
 		err := c.Validate(Need{Log: true})
 		switch {
@@ -143,8 +147,8 @@ func TestLogKind(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("kind %q: %v; want %q", tc.kind, err, tc.want)
 		}
-		if tc.want == "" && c.Log.Kind != LogFile {
-			t.Errorf("kind %q became %q", tc.kind, c.Log.Kind)
+		if tc.want == "" && c.Log.Kind != tc.is {
+			t.Errorf("kind %q became %q, want %q", tc.kind, c.Log.Kind, tc.is)
 		}
 	}
 }

@@ -158,7 +158,7 @@ func (l *Log) acquire(ctx context.Context, mode acquireMode, reason string) erro
 	case r.expired:
 		why = fmt.Sprintf("%s; the lease of %s (epoch %d) had expired %v before, by the database's clock", reason, r.holder, r.epoch, usAgo(r.now-r.expires))
 	case !r.clean && r.epoch > 0:
-		why = fmt.Sprintf("%s; released by %s (epoch %d) with work possibly left", reason, r.holder, r.epoch)
+		why = fmt.Sprintf("%s; released at epoch %d with work possibly left", reason, r.epoch)
 	}
 	if mode == acquireManual {
 		why = "manual: " + why
