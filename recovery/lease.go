@@ -92,3 +92,25 @@ func (lv leaseView) abortReason(participant string, age, grace time.Duration) st
 	}
 	return fmt.Sprintf("presumed abort: prepared on %s for %v with no decision (grace %v)", participant, age.Round(time.Millisecond), grace)
 }
+
+// NodeClock is implemented by decision logs whose node's clock may differ
+// from the clock that stamped the log's creation (recovery/sqllog: the
+// node stamps its transactions' begin times, the database stamped the
+// log's creation; the node measures the offset). Recovery translates a
+// branch's begin time by it before it compares it with the log's creation
+// (Predates): a node whose clock runs behind would otherwise have every
+// branch "older than its log".
+type NodeClock interface {
+	// OnLogClock returns the time on the log's clock at which the log's
+	// node's clock said begun.
+	OnLogClock(begun time.Time) time.Time
+}
+
+// predates reports whether a branch begun at begun (its node's clock) began
+// before the scanner's log was created.
+func (s *Scanner) predates(begun time.Time) bool {
+	if nc, ok := s.cfg.Log.(NodeClock); ok {
+		begun = nc.OnLogClock(begun)
+	}
+	return begun.Before(s.ident.Created.Truncate(time.Millisecond))
+}

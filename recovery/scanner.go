@@ -664,7 +664,7 @@ func (s *Scanner) judge(st *scanState, b *Branch, ref xa.BranchRef, rec xa.Commi
 	case ref.Log != s.ident.ID:
 		b.Verdict = OtherLog
 		b.Reason = fmt.Sprintf("belongs to decision log %s; this is log %s: recover it with that log", ref.Log, s.ident.ID)
-	case ref.ID.Begun.Before(s.ident.Created.Truncate(time.Millisecond)):
+	case s.predates(ref.ID.Begun):
 		b.Verdict = Predates
 		b.Reason = fmt.Sprintf("began %s, before this log was created (%s)", ref.ID.Begun.UTC().Format(time.RFC3339), s.ident.Created.UTC().Format(time.RFC3339))
 	case st.lease.wait(!b.AgeKnown || b.Age <= s.cfg.Grace):

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/xadb/xa/xa"
 )
@@ -48,6 +49,36 @@ func TestFencedDecisionAborts(t *testing.T) {
 		}
 		if p := r.dbs[i].Prepared(); len(p) != 0 {
 			t.Fatalf("rm%d still holds prepared branches %v: the coordinator did not roll back", i, p)
+		}
+	}
+}
+
+// TestClockOff: a coordinator whose clock is minutes off stamps its
+// transactions' begin time with it, and commits as usual: its own timeout
+// runs on the process's monotonic clock. (A clock three minutes behind
+// made the transaction's context end at once, and its expiry ran before
+// the transaction was set up: a nil stopExp.)
+func TestClockOff(t *testing.T) {
+	for _, skew := range []time.Duration{-3 * time.Minute, 3 * time.Minute} {
+		clock := func() time.Time { return time.Now().Add(skew) }
+		r := newRig(t, 2, xa.Config{Now: clock})
+		r.log.SetClock(clock) // the log in the coordinator's process reads the same clock
+		ctx := context.Background()
+		tx, err := r.mgr.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := tx.ID().Begun.Sub(time.Now()); d < skew-time.Second || d > skew+time.Second {
+			t.Fatalf("skew %v: the global id says begun %v from now", skew, d)
+		}
+		if err := r.put(tx, 0, 1, 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.put(tx, 1, 1, 20); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := tx.Commit(ctx); err != nil || !res.Committed {
+			t.Fatalf("skew %v: Commit = %+v, %v", skew, res, err)
 		}
 	}
 }

@@ -58,9 +58,9 @@ type Config struct {
 
 	// Now is the coordinator's clock: it stamps each transaction's begin
 	// time into its global id (and so into every branch XID). Default
-	// time.Now. Tests set it to run a node whose clock is off; a clock
-	// made from time.Now (with its monotonic reading, as t.Add keeps it)
-	// keeps the transaction's own timeout exact.
+	// time.Now. Tests set it to run a node whose clock is off. The
+	// transaction's own timeout is measured on the process's monotonic
+	// clock either way.
 	Now func() time.Time
 }
 
@@ -241,11 +241,15 @@ func (m *Manager) Begin(ctx context.Context) (*Tx, error) {
 	if m.closed.Load() {
 		return nil, ErrClosed
 	}
+	// The begin time in the global id is the coordinator's clock
+	// (Config.Now); the transaction's own deadline runs on this process's
+	// monotonic clock, whatever the wall clock says.
 	now := time.Now()
+	stamp := now
 	if m.cfg.Now != nil {
-		now = m.cfg.Now()
+		stamp = m.cfg.Now()
 	}
-	id, err := NewGlobalID(m.cfg.Node, now)
+	id, err := NewGlobalID(m.cfg.Node, stamp)
 	if err != nil {
 		return nil, err
 	}

@@ -91,8 +91,10 @@ func openSQLLog(c *config.Config, mode logMode, logger *slog.Logger) (*decisionL
 	if err != nil {
 		return nil, err
 	}
+	node := ""
 	if mode.create != nil {
-		l, err := s.Create(ctx, *mode.create)
+		// Made, not taken: its lease stays free, with nothing in doubt.
+		ident, err := s.CreateLog(ctx, *mode.create)
 		if errors.Is(err, sqllog.ErrExist) {
 			closeDB()
 			return nil, fmt.Errorf("%w\nxactl log init creates a node's log only where it has none: nothing was changed. xactl nodes lists the logs there", err)
@@ -101,11 +103,8 @@ func openSQLLog(c *config.Config, mode logMode, logger *slog.Logger) (*decisionL
 			closeDB()
 			return nil, sqlOpenHint(c, err)
 		}
-		return &decisionLog{RecoveryLog: l, where: fmt.Sprintf("node %s's log in %s", l.Identity().Node, c.Log.Where()),
-			close: func() error { err := l.Close(); closeDB(); return err }}, nil
-	}
-	node, err := sqlNode(ctx, c, s)
-	if err != nil {
+		node = ident.Node
+	} else if node, err = sqlNode(ctx, c, s); err != nil {
 		closeDB()
 		return nil, err
 	}

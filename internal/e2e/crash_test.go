@@ -29,6 +29,7 @@ type worker struct {
 	cmd   *exec.Cmd
 	mu    sync.Mutex
 	lines []string
+	at    []time.Time // when each line arrived
 	done  chan struct{}
 	err   error
 	errb  strings.Builder
@@ -36,8 +37,11 @@ type worker struct {
 
 func (b *bankEnv) startWorker(cfg bank.WorkerConfig) *worker {
 	b.t.Helper()
-	b.createLog()
-	cfg.MySQLDSN, cfg.PGDSN, cfg.LogDir = b.my.DSN(), b.pg.DSN(), b.logDir
+	cfg.MySQLDSN, cfg.PGDSN = b.my.DSN(), b.pg.DSN()
+	if cfg.LogKind == "" {
+		b.createLog()
+		cfg.LogDir = b.logDir
+	}
 	if cfg.Accounts == 0 {
 		cfg.Accounts = b.accounts
 	}
@@ -51,7 +55,7 @@ func (b *bankEnv) startWorker(cfg bank.WorkerConfig) *worker {
 	}
 	w := &worker{t: b.t, done: make(chan struct{})}
 	w.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	w.cmd.Env = append(os.Environ(), workerEnv+"="+string(spec))
+	w.cmd.Env = append(append(os.Environ(), b.env...), workerEnv+"="+string(spec))
 	w.cmd.Stderr = &w.errb
 	out, err := w.cmd.StdoutPipe()
 	if err != nil {
@@ -65,6 +69,7 @@ func (b *bankEnv) startWorker(cfg bank.WorkerConfig) *worker {
 		for sc.Scan() {
 			w.mu.Lock()
 			w.lines = append(w.lines, sc.Text())
+			w.at = append(w.at, time.Now())
 			w.mu.Unlock()
 		}
 		w.err = w.cmd.Wait()

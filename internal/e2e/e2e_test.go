@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -28,12 +29,22 @@ import (
 // crash tests start it, kill it and recover after it.
 const workerEnv = "XA_E2E_WORKER"
 
+// workerLogEnv, when set (to a slog level: warn, info, debug), makes the
+// worker log on its stderr, which a failing test prints.
+const workerLogEnv = "XA_E2E_WORKER_LOG"
+
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(workerEnv); spec != "" {
 		var cfg bank.WorkerConfig
 		if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
 			fmt.Fprintln(os.Stderr, "worker config:", err)
 			os.Exit(2)
+		}
+		if lvl := os.Getenv(workerLogEnv); lvl != "" {
+			var l slog.Level
+			if err := l.UnmarshalText([]byte(lvl)); err == nil {
+				cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+			}
 		}
 		if err := bank.RunWorker(context.Background(), cfg, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
@@ -58,6 +69,8 @@ type bankEnv struct {
 	// created for (default 2 s): managers may use up to it.
 	timeout time.Duration
 	created bool
+	// env is more environment for the coordinator processes.
+	env []string
 }
 
 // Phase-2 settings of the tests' managers: short, so that the grace period

@@ -9,10 +9,12 @@ package logdb
 import (
 	"database/sql"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/xadb/xa/recovery/sqllog"
 )
@@ -23,11 +25,32 @@ const (
 	MySQL    = "mysql"
 )
 
+// DefaultIdle is Options.Idle's default.
+const DefaultIdle = 10 * time.Second
+
+// Options qualify Open.
+type Options struct {
+	// Idle is how long a session of the log may sit idle inside a
+	// transaction (MySQL: idle at all) before the server closes it and
+	// rolls its transaction back: it bounds how long a process paused in
+	// the middle of a write (SIGSTOP, a VM frozen) holds the log's row, on
+	// which a takeover waits. Default DefaultIdle; keep it near the
+	// lease's TTL.
+	Idle time.Duration
+}
+
 // Open opens the log database of kind (postgres or mysql, also
 // postgresql and mariadb) at dsn: a postgres:// URL or key=value string,
 // or a go-sql-driver/mysql DSN (user:password@tcp(host:3306)/db). It does
 // not connect: the first use does.
-func Open(kind, dsn string) (*sql.DB, sqllog.Dialect, error) {
+func Open(kind, dsn string, opts ...Options) (*sql.DB, sqllog.Dialect, error) {
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.Idle <= 0 {
+		o.Idle = DefaultIdle
+	}
 	d, err := sqllog.ParseDialect(kind)
 	if err != nil {
 		return nil, 0, err
@@ -38,11 +61,19 @@ func Open(kind, dsn string) (*sql.DB, sqllog.Dialect, error) {
 	var db *sql.DB
 	switch d {
 	case sqllog.Postgres:
-		db, err = sql.Open("pgx", dsn)
+		c, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return nil, 0, fmt.Errorf("logdb: the PostgreSQL DSN of the log database: %w", err)
+		}
+		if c.RuntimeParams == nil {
+			c.RuntimeParams = map[string]string{}
+		}
+		c.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(o.Idle.Milliseconds(), 10)
+		db = stdlib.OpenDB(*c)
 	case sqllog.MySQL:
-		c, perr := mysql.ParseDSN(dsn)
-		if perr != nil {
-			return nil, 0, fmt.Errorf("logdb: the MySQL DSN of the log database: %w", perr)
+		c, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			return nil, 0, fmt.Errorf("logdb: the MySQL DSN of the log database: %w", err)
 		}
 		// One round trip per statement (no server-side prepare and
 		// close around each); the driver escapes by the server's
@@ -54,20 +85,27 @@ func Open(kind, dsn string) (*sql.DB, sqllog.Dialect, error) {
 		if c.Timeout == 0 {
 			c.Timeout = 10 * time.Second
 		}
-		conn, cerr := mysql.NewConnector(c)
-		if cerr != nil {
-			return nil, 0, fmt.Errorf("logdb: the MySQL DSN of the log database: %w", cerr)
+		if c.Params == nil {
+			c.Params = map[string]string{}
+		}
+		// MySQL has no timeout for a session idle inside a transaction
+		// alone: wait_timeout closes any idle session; the pool closes
+		// its idle connections before that.
+		c.Params["wait_timeout"] = strconv.FormatInt(max(int64(o.Idle.Seconds()), 1), 10)
+		conn, err := mysql.NewConnector(c)
+		if err != nil {
+			return nil, 0, fmt.Errorf("logdb: the MySQL DSN of the log database: %w", err)
 		}
 		db = sql.OpenDB(conn)
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("logdb: opening the %s log database: %w", d, err)
+		db.SetConnMaxIdleTime(o.Idle / 2)
 	}
 	// Group commit keeps several batches in flight besides the reads and
 	// the lease's renewals: keep connections instead of opening one per
 	// statement (database/sql keeps 2 idle by default).
 	db.SetMaxOpenConns(64)
 	db.SetMaxIdleConns(32)
-	db.SetConnMaxIdleTime(5 * time.Minute)
+	if d == sqllog.Postgres {
+		db.SetConnMaxIdleTime(5 * time.Minute)
+	}
 	return db, d, nil
 }

@@ -25,6 +25,10 @@ var (
 	// expiry, by the database's clock, has not passed).
 	ErrLeaseHeld = errors.New("sqllog: the log's lease is held by another live process")
 
+	// ErrNothingToTakeOver: a live node's TakeOver found the log released
+	// with nothing in doubt (another process recovered it meanwhile).
+	ErrNothingToTakeOver = errors.New("sqllog: nothing to take over")
+
 	// ErrNotHolder: a write that only the lease's holder may make
 	// (LogCommit, LogDelegation, LogParticipant) on a log opened without
 	// the lease (Observe). Nothing was written.

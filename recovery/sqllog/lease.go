@@ -115,6 +115,9 @@ func (l *Log) acquire(ctx context.Context, mode acquireMode, reason string) erro
 	case r.heldAlive:
 		return fmt.Errorf("%w: node %s's log is held by %s (epoch %d, %s), renewed %v ago, expires in %v by the database's clock",
 			ErrLeaseHeld, l.ident.Node, r.holder, r.epoch, r.kind, usAgo(r.now-r.renewed), usAgo(r.expires-r.now))
+	case r.free && r.clean && mode == acquireTakeover:
+		// Another process recovered it since the caller looked.
+		return fmt.Errorf("%w: node %s's log was released with nothing in doubt: nothing to take over", ErrNothingToTakeOver, l.ident.Node)
 	case r.expired:
 		up, err := l.uptime(ctx)
 		if err != nil {
@@ -174,6 +177,8 @@ func (l *Log) acquire(ctx context.Context, mode acquireMode, reason string) erro
 	l.mu.Unlock()
 	if mode == acquireOwn {
 		l.offset.Store(offset)
+	} else {
+		l.offset.Store(r.nodeOffset) // the node's clock, as it measured it last
 	}
 	lvl := "took the log's lease"
 	if action == "takeover" {
@@ -363,6 +368,9 @@ func (l *Log) Presumption(ctx context.Context) (recovery.Presumption, string, er
 	row, err := l.readLease(ctx, l.db, false)
 	if err != nil {
 		return 0, "", err
+	}
+	if r != roleOwner {
+		l.offset.Store(row.nodeOffset)
 	}
 	switch {
 	case row.heldAlive:

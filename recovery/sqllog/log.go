@@ -64,9 +64,17 @@ type Log struct {
 }
 
 var (
-	_ xa.RecoveryLog  = (*Log)(nil)
-	_ recovery.Leased = (*Log)(nil)
+	_ xa.RecoveryLog     = (*Log)(nil)
+	_ recovery.Leased    = (*Log)(nil)
+	_ recovery.NodeClock = (*Log)(nil)
 )
+
+// OnLogClock translates a begin time stamped by the log's node into the
+// database's clock, which stamped the log's creation, by the offset the
+// node measured last.
+func (l *Log) OnLogClock(begun time.Time) time.Time {
+	return begun.Add(time.Duration(l.offset.Load()) * time.Microsecond)
+}
 
 func (s *Store) newLog(ident xa.LogIdentity, r role) *Log {
 	return &Log{s: s, db: s.db, d: s.d, opts: s.opts, ident: ident, id: ident.ID.String(), role: r}

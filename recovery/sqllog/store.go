@@ -233,27 +233,46 @@ func (s *Store) Init(ctx context.Context, by string) error {
 	return s.checkVersion(ctx)
 }
 
-// Create creates the decision log of ident.Node with identity ident, and
+// Create creates the decision log of ident.Node with identity ident (its
+// creation time taken from the database's clock), and
 // the tables first if the database has none (Init), and opens it as its
 // owner (Open). It fails with ErrExist when the node has a log: the log is
 // made once, by an explicit act (xactl log init); Open never makes one.
 func (s *Store) Create(ctx context.Context, ident xa.LogIdentity) (*Log, error) {
+	stored, err := s.CreateLog(ctx, ident)
+	if err != nil {
+		return nil, err
+	}
+	return s.Open(ctx, stored.Node)
+}
+
+// CreateLog is Create without the Open: it returns the identity as
+// stored. Its lease is free, with nothing in doubt.
+func (s *Store) CreateLog(ctx context.Context, ident xa.LogIdentity) (xa.LogIdentity, error) {
+	// The log's creation is stamped by the database's clock, the one its
+	// nodes' begin times are translated to (Log.OnLogClock).
+	var none xa.LogIdentity
+	var created int64
+	if err := s.db.QueryRowContext(ctx, s.d.q(`SELECT `+s.d.now("?")), s.dbNow()).Scan(&created); err != nil {
+		return none, fmt.Errorf("sqllog: create: reading the database's clock: %w", err)
+	}
+	ident.Created = time.UnixMicro(created)
 	b, err := ident.MarshalBinary()
 	if err != nil {
-		return nil, fmt.Errorf("sqllog: create: %w", err)
+		return none, fmt.Errorf("sqllog: create: %w", err)
 	}
 	var stored xa.LogIdentity
 	if err := stored.UnmarshalBinary(b); err != nil {
-		return nil, fmt.Errorf("sqllog: create: the identity does not read back: %w", err)
+		return none, fmt.Errorf("sqllog: create: the identity does not read back: %w", err)
 	}
 	if err := s.Init(ctx, NewHolder("xactl log init")); err != nil {
-		return nil, err
+		return none, err
 	}
 	if err := s.insertLog(ctx, stored, b); err != nil {
-		return nil, err
+		return none, err
 	}
 	s.opts.Logger.Info("decision log created", "node", stored.Node, "id", stored.ID, "timeout", stored.Timeout, "grace", stored.Grace)
-	return s.Open(ctx, stored.Node)
+	return stored, nil
 }
 
 func (s *Store) insertLog(ctx context.Context, ident xa.LogIdentity, b []byte) error {

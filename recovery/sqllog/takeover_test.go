@@ -33,7 +33,7 @@ func prepare(t *testing.T, rm *memrm.RM, log xa.LogIdentity, id xa.GlobalID, i, 
 }
 
 // TestTakeoverResolvesADeadNode: three nodes share a log database. Node n1
-// dies (its process stops renewing its lease) with a decided transaction
+// (whose clock is three minutes behind) dies (its process stops renewing its lease) with a decided transaction
 // (commit record, both branches prepared) and an undecided one (both
 // prepared, seconds old, far younger than the grace period); node n3 is
 // alive with an undecided transaction of its own. Node n2's Takeover finds
@@ -48,10 +48,14 @@ func TestTakeoverResolvesADeadNode(t *testing.T) {
 			ctx := context.Background()
 			db, d, _ := newDB(t, kind)
 			const ttl = time.Second
-			store := func(holder string) *sqllog.Store {
-				return newStore(t, db, d, sqllog.Options{Holder: holder, LeaseTTL: ttl})
+			// n1's clock is three minutes behind the database's (and
+			// n2's): its transactions began "before its log was
+			// created" by their stamps, not by the database's clock.
+			n1Clock := func() time.Time { return time.Now().Add(-3 * time.Minute) }
+			store := func(holder string, clock func() time.Time) *sqllog.Store {
+				return newStore(t, db, d, sqllog.Options{Holder: holder, LeaseTTL: ttl, Clock: clock})
 			}
-			s1, s2, s3 := store("n1-proc"), store("n2-proc"), store("n3-proc")
+			s1, s2, s3 := store("n1-proc", n1Clock), store("n2-proc", nil), store("n3-proc", nil)
 			l1, err := s1.Create(ctx, newIdent(t, "n1"))
 			if err != nil {
 				t.Fatal(err)
@@ -70,8 +74,8 @@ func TestTakeoverResolvesADeadNode(t *testing.T) {
 			rm0, rm1 := memrm.New("maria", db0, nil), memrm.New("pg", db1, nil)
 
 			now := time.Now()
-			decided, _ := xa.NewGlobalID("n1", now)
-			undecided, _ := xa.NewGlobalID("n1", now)
+			decided, _ := xa.NewGlobalID("n1", n1Clock())
+			undecided, _ := xa.NewGlobalID("n1", n1Clock())
 			live, _ := xa.NewGlobalID("n3", now)
 			rec := xa.CommitRecord{ID: decided, Logged: now}
 			for i, rm := range []*memrm.RM{rm0, rm1} {
