@@ -79,6 +79,9 @@ func Open(kind, dsn string, opts ...Options) (*sql.DB, sqllog.Dialect, error) {
 		// close around each); the driver escapes by the server's
 		// NO_BACKSLASH_ESCAPES.
 		c.InterpolateParams = true
+		// A group-commit batch is one transaction of several statements,
+		// sent in one round trip (recovery/sqllog).
+		c.MultiStatements = true
 		// A promoted replica's read-only error closes the connection, so
 		// that the pool reconnects to the new primary.
 		c.RejectReadOnly = true

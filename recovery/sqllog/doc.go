@@ -94,10 +94,14 @@
 //
 // Concurrent LogCommit calls share one database transaction: one
 // dispatcher takes every record queued into a batch as soon as one of
-// Options.Pipeline slots is free, so that the next batch is built while
-// the previous ones commit (PostgreSQL: one statement, one round trip;
-// MySQL: one transaction of four statements). Forgets ride along with the
-// next batch, or go in a batch of their own after 20 ms; until then reads
+// Options.Pipeline (2) slots is free, so that the next batch is built and
+// sent while the previous one commits. A batch is one round trip: on
+// PostgreSQL one statement, on MySQL one transaction of several
+// statements sent together (the connection must allow several statements
+// per query: internal/logdb sets multiStatements; without it a batch takes
+// five round trips), so that the server runs it whole whatever the client
+// does meanwhile. Forgets ride along with the next batch, or go in a batch
+// of their own after 20 ms (not waiting for a flush); until then reads
 // leave their records out.
 //
 // # Requirements
