@@ -270,8 +270,12 @@ func (c *Config) Validate(need Need) error {
 			errs = append(errs, errors.New("log.dir is not set (the decision log's directory; XACTL_LOG_DIR or --log-dir)"))
 		}
 	case LogPostgres, LogMySQL:
-		if need.Log && c.Log.DSN == "" {
+		switch {
+		case need.Log && c.Log.DSN == "":
 			errs = append(errs, fmt.Errorf("log.dsn is not set (the %s database of the decision logs; XACTL_LOG_DSN)%s", c.Log.Kind, unsetText(c.Log.unsetVars)))
+		case need.Log && len(c.Log.unsetVars) > 0:
+			// A DSN with a hole may still name a database: another one.
+			errs = append(errs, fmt.Errorf("log.dsn%s", unsetText(c.Log.unsetVars)))
 		}
 		if c.Log.LeaseTTL < 0 || c.Log.LeaseTTL > 0 && c.Log.LeaseTTL < Duration(time.Second) {
 			errs = append(errs, fmt.Errorf("log.lease_ttl %v: at least 1s", time.Duration(c.Log.LeaseTTL)))

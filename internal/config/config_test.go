@@ -188,3 +188,24 @@ func TestCheckIdentity(t *testing.T) {
 		t.Fatalf("CheckIdentity with another node: %v", err)
 	}
 }
+
+// TestLogDSNUnsetVariable: a log DSN naming a variable the environment does
+// not set is refused, even when what is left still reads as a DSN (it
+// would name another database).
+func TestLogDSNUnsetVariable(t *testing.T) {
+	t.Setenv("XA_TEST_LOG_HOST", "")
+	c, err := Parse([]byte("log:\n  kind: postgres\n  dsn: postgres://u@${XA_TEST_LOG_HOST}/logs\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Defaults()
+	if err := c.Validate(Need{Log: true}); err == nil || !strings.Contains(err.Error(), "${XA_TEST_LOG_HOST} is not set") {
+		t.Fatalf("Validate: %v; want the unset variable named", err)
+	}
+	t.Setenv("XA_TEST_LOG_HOST", "db1")
+	c, _ = Parse([]byte("log:\n  kind: postgres\n  dsn: postgres://u@${XA_TEST_LOG_HOST}/logs\n"), "t.yaml")
+	c.Defaults()
+	if err := c.Validate(Need{Log: true}); err != nil || c.Log.DSN != "postgres://u@db1/logs" {
+		t.Fatalf("Validate: %v, dsn %q", err, c.Log.DSN)
+	}
+}
