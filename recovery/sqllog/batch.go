@@ -40,6 +40,41 @@ type batcher struct {
 	batches, records atomic.Int64
 	inflight         atomic.Int64
 	maxInflight      atomic.Int64
+	// The last batch answered: its callers, and how long it took (ns).
+	lastSize, lastTook atomic.Int64
+}
+
+// linger waits a little, before a batch is taken, for the callers the
+// last batch answered to queue their next decisions, when it answered
+// several (concurrent callers usually come back at once): one commit for
+// them all instead of one for those already queued and another for the
+// rest. It waits at most a quarter of the last batch's time, between 100
+// µs and 2 ms, and not at all after a batch of one (a lone caller).
+func (b *batcher) linger() {
+	want := int(b.lastSize.Load())
+	if want <= 1 {
+		return
+	}
+	d := min(max(time.Duration(b.lastTook.Load())/4, 100*time.Microsecond), 2*time.Millisecond)
+	deadline := time.Now().Add(d)
+	for {
+		b.mu.Lock()
+		n := len(b.queue)
+		b.mu.Unlock()
+		left := time.Until(deadline)
+		if n >= want || left <= 0 {
+			return
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-b.wake:
+		case <-b.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
 
 // pending is one LogCommit waiting for its batch.
@@ -129,6 +164,7 @@ func (b *batcher) run() {
 			// A slot first: what queues while every slot is busy joins
 			// the next batch.
 			b.slots <- struct{}{}
+			b.linger()
 			b.mu.Lock()
 			n := min(len(b.queue), b.l.opts.MaxBatch)
 			batch := b.queue[:n:n]
@@ -246,6 +282,8 @@ func (b *batcher) write(batch []*pending, forgets []string) {
 	if len(batch) > 0 {
 		b.batches.Add(1)
 		b.records.Add(int64(len(batch)))
+		b.lastSize.Store(int64(len(batch)))
+		b.lastTook.Store(int64(time.Since(start)))
 	}
 	if out.fenced && out.failed == nil {
 		l.noteLost(epoch, out.epochNow)

@@ -94,8 +94,8 @@
 //
 // Concurrent LogCommit calls share one database transaction: one
 // dispatcher takes every record queued into a batch as soon as one of
-// Options.Pipeline (2) slots is free, so that the next batch is built and
-// sent while the previous one commits. A batch is one round trip: on
+// Options.Pipeline slots is free (one by default): the next batch is built
+// while the previous one commits, and sent as soon as it has. A batch is one round trip: on
 // PostgreSQL one statement, on MySQL one transaction of several
 // statements sent together (the connection must allow several statements
 // per query: internal/logdb sets multiStatements; without it a batch takes

@@ -275,15 +275,15 @@ func TestNodeClockOff(t *testing.T) {
 }
 
 // TestGroupCommit: concurrent LogCommit calls share database transactions,
-// and batches overlap (the next is built and sent while the previous
-// commits).
+// and with Options.Pipeline 2 batches overlap (the next is sent while the
+// previous commits).
 func TestGroupCommit(t *testing.T) {
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db, d, _ := newDB(t, kind)
-			s := newStore(t, db, d, sqllog.Options{})
+			s := newStore(t, db, d, sqllog.Options{Pipeline: 2})
 			l, err := s.Create(ctx, newIdent(t, "n1"))
 			if err != nil {
 				t.Fatal(err)

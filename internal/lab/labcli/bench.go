@@ -49,7 +49,7 @@ and the ratio tm/raw, and of the shared log's modes to tm. Then the
 decision log alone: decisions per second at 1, 16 and 64 concurrent
 writers, for the embedded log, Pebble, and the shared log in PostgreSQL
 and in MariaDB. The shared logs are built as xactl builds them, with its
-defaults (group commit, 2 batches in flight).
+defaults (group commit, one batch in flight, the next built meanwhile).
 
 Without --mysql-dsn/--postgres-dsn (or XA_MYSQL_DSN/XA_POSTGRES_DSN), it
 starts throw-away MariaDB and PostgreSQL servers on loopback, and puts the
