@@ -172,7 +172,7 @@ func TestSharedLogBesideLiveNodes(t *testing.T) {
 			}
 			e.runWith(cfgA, "-o", "json", "nodes").want(t, 0).json(t, &nodes)
 			n := nodes.Nodes[0]
-			if n.State != sqllog.StateFree || !n.Clean || n.Epoch != 3 || !strings.Contains(n.LastEvent, "release") {
+			if n.State != sqllog.StateFree || !n.Clean || n.Epoch != 2 || !strings.Contains(n.LastEvent, "release") {
 				t.Fatalf("A's log after the takeover: %+v", n)
 			}
 			evs, err := s.Events(e.ctx, nodeA, 0)

@@ -48,10 +48,10 @@ func newWorker(g *globals) *cobra.Command {
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if cfg.LogKind == "" || cfg.LogKind == "file" {
 			if cfg.LogDir == "" {
-				return fmt.Errorf("--decision-log is required with the file log")
+				return usageErr("--decision-log is required with the file log")
 			}
 		} else if cfg.LogDSN == "" {
-			return fmt.Errorf("--log-dsn is required with --log-kind %s", cfg.LogKind)
+			return usageErr("--log-dsn is required with --log-kind %s", cfg.LogKind)
 		}
 		return nil
 	}
