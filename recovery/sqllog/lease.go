@@ -81,9 +81,9 @@ func (l *Log) uptime(ctx context.Context) (time.Duration, error) {
 
 // acquire takes the log's lease at a new epoch, in one transaction that
 // commits durably: the lease row, locked, must be free or expired by the
-// database's clock (and, when expired, the database must have run for a
-// TTL at least, so that holders alive through a restart of the database
-// renew first); the log's row gets the new epoch, which waits for every
+// database's clock (and, when expired, the database must have run for
+// three TTLs at least, so that holders alive through a restart of the
+// database renew first); the log's row gets the new epoch, which waits for every
 // write in flight under the old one and refuses every later one; and the
 // event is recorded. A lease held by another live process is ErrLeaseHeld.
 func (l *Log) acquire(ctx context.Context, mode acquireMode, reason string) error {
@@ -123,9 +123,11 @@ func (l *Log) acquire(ctx context.Context, mode acquireMode, reason string) erro
 		if err != nil {
 			return fmt.Errorf("sqllog: reading the database's uptime: %w", err)
 		}
-		if ttl := time.Duration(r.ttl) * time.Microsecond; up < ttl {
+		// Every lease expires while the database is down; its holders
+		// renew once it is back, on connections that must be made anew.
+		if wait := restartGrace(time.Duration(r.ttl) * time.Microsecond); up < wait {
 			return fmt.Errorf("%w: node %s's log is held by %s (epoch %d), whose lease expired, but the database has run for only %v: "+
-				"a holder alive through its restart gets a lease's time (%v) to renew first", ErrLeaseHeld, l.ident.Node, r.holder, r.epoch, up.Round(time.Millisecond), ttl)
+				"a holder alive through its restart gets %v to renew first", ErrLeaseHeld, l.ident.Node, r.holder, r.epoch, up.Round(time.Millisecond), wait)
 		}
 	}
 	epoch := max(r.epoch, r.logEpoch) + 1
@@ -277,8 +279,10 @@ func (l *Log) renewLoop() {
 		<-l.stopRenew
 		cancel()
 	}()
-	t := time.NewTicker(l.opts.LeaseTTL / 3)
+	every := l.opts.LeaseTTL / 3
+	t := time.NewTimer(every)
 	defer t.Stop()
+	failures := 0
 	for {
 		select {
 		case <-l.stopRenew:
@@ -290,8 +294,15 @@ func (l *Log) renewLoop() {
 			if ctx.Err() == nil {
 				l.opts.Logger.Warn("renewing the decision log's lease failed; trying again", "node", l.ident.Node, "err", err)
 			}
+			// Soon: after the log database restarted, every connection
+			// of the pool fails once, and the lease is to be renewed
+			// before three TTLs of its uptime have passed.
+			failures++
+			t.Reset(min(time.Duration(failures)*50*time.Millisecond, every))
 			continue
 		}
+		failures = 0
+		t.Reset(every)
 		if !lost || l.role != roleOwner {
 			continue
 		}
@@ -382,3 +393,9 @@ func (l *Log) Presumption(ctx context.Context) (recovery.Presumption, string, er
 	}
 	return recovery.PresumeNever, fmt.Sprintf("nobody holds node %s's log: its node, when it starts, or xactl recover --takeover presumes abort", l.ident.Node), nil
 }
+
+// restartGrace is how long after a restart of the log database no
+// expired lease of a lease's time ttl is taken over: three of its
+// renewal periods' worth of TTLs, so that holders alive through the
+// restart renew first.
+func restartGrace(ttl time.Duration) time.Duration { return 3 * ttl }
