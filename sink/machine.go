@@ -359,44 +359,75 @@ type machine struct {
 	ack map[string]string
 	// stopErr is what Run returns.
 	stopErr error
+	// ignored counts the events not accepted (accepts).
+	ignored int
 }
 
 func newMachine(opts RunOptions) *machine {
 	return &machine{opts: opts, owned: map[string]bool{}, ack: map[string]string{}, phase: phaseIdle, flow: flowRun}
 }
 
-// step applies ev and returns the actions to perform, in order. Events
-// that do not apply to the current state are ignored.
+// accepts reports whether ev is due in the machine's state: an outcome of
+// the action in flight, a reader's step while it is idle (Handler calls
+// come from within Poll, when the reader is idle), a committer's outcome
+// of the checkpoint it holds.
+func (m *machine) accepts(ev event) bool {
+	switch ev := ev.(type) {
+	case evCollect, evPolled, evAssigned, evRevoked, evLost:
+		return m.phase == phaseIdle
+	case evWritten:
+		return m.phase == phaseWriting && m.writing != nil && ev.n == m.writing.n
+	case evDue:
+		return m.phase == phaseIdle && m.open != nil
+	case evPreCommitted:
+		return m.phase == phasePreparing && m.preparing != nil && ev.n == m.preparing.n
+	case evCommitted:
+		return m.atCommitter && len(m.queue) > 0 && m.queue[0].n == ev.n
+	case evAborted:
+		return m.atCommitter && len(m.queue) > 0 && m.queue[0].n == ev.n ||
+			m.phase == phaseAborting && m.preparing != nil && m.preparing.n == ev.n
+	case evPaused:
+		return m.phase == phasePausing
+	case evRewound:
+		return m.phase == phaseRewinding
+	case evSought:
+		return m.phase == phaseSeeking
+	case evTaken:
+		return m.phase == phaseTaking
+	case evReleased:
+		return m.phase == phaseReleasing
+	case evShutdown:
+		// Run returns from its loop (idle) or on a stop, never while
+		// its reader performs or waits.
+		return m.phase == phaseIdle || m.phase == phaseStopped
+	case evDrainTimeout:
+		return m.phase == phaseShutdown
+	}
+	return false
+}
+
+// step applies ev and returns the actions to perform, in order. An event
+// the machine does not accept in its state changes nothing and is counted
+// (ignored): the Runner never sends one, and the tests check it.
 func (m *machine) step(ev event) []action {
+	if !m.accepts(ev) {
+		m.ignored++
+		return nil
+	}
 	switch ev := ev.(type) {
 	case evCollect:
-		if m.phase != phaseIdle {
-			return nil
-		}
 		acts := m.acknowledge()
 		if m.failed != nil {
 			acts = append(acts, m.recover(m.failed)...)
 		}
 		return acts
 	case evPolled:
-		if m.phase != phaseIdle {
-			return nil
-		}
 		return m.onPolled(ev)
 	case evWritten:
-		if m.phase != phaseWriting || m.writing == nil || ev.n != m.writing.n {
-			return nil
-		}
 		return m.onWritten(ev)
 	case evDue:
-		if m.phase != phaseIdle || m.open == nil {
-			return nil
-		}
 		return m.precommit(flowRun)
 	case evPreCommitted:
-		if m.phase != phasePreparing || m.preparing == nil || ev.n != m.preparing.n {
-			return nil
-		}
 		return m.onPreCommitted(ev)
 	case evCommitted:
 		return m.onOutcome(ev.n, ev.err, true)
@@ -404,41 +435,24 @@ func (m *machine) step(ev event) []action {
 		if m.atCommitter && len(m.queue) > 0 && m.queue[0].n == ev.n {
 			return m.onOutcome(ev.n, ev.err, false)
 		}
-		if m.phase == phaseAborting && m.preparing != nil && m.preparing.n == ev.n {
-			return m.onAborted(ev.err)
-		}
+		return m.onAborted(ev.err)
 	case evPaused:
-		if m.phase != phasePausing {
-			return nil
-		}
 		if ev.err != nil {
 			return m.stop(ev.err)
 		}
 		return m.rewind()
 	case evRewound:
-		if m.phase != phaseRewinding {
-			return nil
-		}
 		return m.onRewound(ev)
 	case evSought:
-		if m.phase != phaseSeeking {
-			return nil
-		}
 		if ev.err != nil {
 			return m.rewindFailed(fmt.Errorf("sink: seeking the source back to the committed positions after an abort (%w): %w", m.cause, ev.err), ev.canceled)
 		}
 		m.phase, m.flow = phaseIdle, flowRun
 		return nil
 	case evAssigned:
-		if m.phase != phaseIdle {
-			return nil
-		}
 		m.phase = phaseTaking
 		return []action{actTake{parts: ev.parts}}
 	case evTaken:
-		if m.phase != phaseTaking {
-			return nil
-		}
 		m.phase = phaseIdle
 		if ev.err == nil {
 			for _, p := range ev.parts {
@@ -447,18 +461,12 @@ func (m *machine) step(ev event) []action {
 		}
 		return nil
 	case evRevoked:
-		if m.phase != phaseIdle {
-			return nil
-		}
 		m.parts, m.flowErr = ev.parts, nil
 		if m.open != nil {
 			return m.precommit(flowRevoke)
 		}
 		return m.waitAll(flowRevoke)
 	case evLost:
-		if m.phase != phaseIdle {
-			return nil
-		}
 		m.parts, m.lost = ev.parts, true
 		m.flow = flowLose
 		if m.open != nil {
@@ -466,24 +474,15 @@ func (m *machine) step(ev event) []action {
 		}
 		return m.waitAll(flowLose)
 	case evReleased:
-		if m.phase != phaseReleasing {
-			return nil
-		}
 		m.phase, m.flow = phaseIdle, flowRun
 		return nil
 	case evShutdown:
-		if m.phase == phaseShutdown || m.phase == phaseDone {
-			return nil
-		}
 		m.flow = flowShutdown
 		if m.open != nil {
 			return m.abortOpen(context.Canceled)
 		}
 		return m.drainAtShutdown()
 	case evDrainTimeout:
-		if m.phase != phaseShutdown {
-			return nil
-		}
 		m.phase = phaseDone
 		return []action{actWarn{msg: "sink: checkpoints still committing at shutdown; restore will finish them", args: []any{"pending", len(m.queue)}},
 			actStopped{}}

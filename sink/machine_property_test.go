@@ -42,6 +42,7 @@ func TestExactlyOnceUnderFaults(t *testing.T) {
 		for range steps {
 			w.move()
 			w.check("during the schedule")
+			w.accepted()
 		}
 		// Whatever is left dies; a fresh instance reads to the end.
 		w.faults = false
@@ -64,6 +65,7 @@ func TestExactlyOnceUnderFaults(t *testing.T) {
 				rt.Fatalf("the fresh instance is stuck: %s", fresh.m)
 			}
 			w.check("in the fresh instance's run")
+			w.accepted()
 		}
 		if fresh.stopErr != nil {
 			rt.Fatalf("the fresh instance stopped with %v", fresh.stopErr)
@@ -476,7 +478,7 @@ func (w *world) readerStep(in *simInst) {
 		w.feed(in, in.m.step(evPolled{records: recs, eof: eof}))
 		in.stage = 2
 	case 2:
-		if rapid.IntRange(0, 3).Draw(rt, "due") == 0 {
+		if in.m.open != nil && rapid.IntRange(0, 3).Draw(rt, "due") == 0 {
 			w.feed(in, in.m.step(evDue{}))
 		}
 		in.stage = 0
@@ -703,6 +705,16 @@ func (w *world) apply(c *simCkpt) {
 	}
 	maps.Copy(w.store.progress, c.positions)
 	c.state = "done"
+}
+
+// accepted: every event the instances were fed was due (the Runner's
+// loops send none out of turn).
+func (w *world) accepted() {
+	for _, in := range w.insts {
+		if in.m.ignored > 0 {
+			w.rt.Fatalf("i%d: %d events out of turn; trace:\n%s", in.id, in.m.ignored, w.trace())
+		}
+	}
 }
 
 // check: no record has two rows, and each partition's position is where

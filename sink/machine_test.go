@@ -37,6 +37,7 @@ import (
 //	shutdown | drain-timeout
 //	state                         the machine's state
 //
+// An event the machine does not accept in its state prints "ignored".
 // E is one of: aborted, takenover, unresolved, closed, fenced, down.
 func TestMachine(t *testing.T) {
 	datadriven.Walk(t, "testdata/machine", func(t *testing.T, path string) {
@@ -46,6 +47,10 @@ func TestMachine(t *testing.T) {
 				d.Fatalf(t, "new first")
 			}
 			var acts []action
+			ignored := 0
+			if m != nil {
+				ignored = m.ignored
+			}
 			switch d.Cmd {
 			case "new":
 				o := RunOptions{CheckpointRecords: 3, MaxPending: 2, MaxAborts: 4}
@@ -134,6 +139,9 @@ func TestMachine(t *testing.T) {
 				return m.String() + "\n"
 			default:
 				d.Fatalf(t, "unknown command %q", d.Cmd)
+			}
+			if m.ignored > ignored {
+				return "ignored: not due in this state\n"
 			}
 			return formatActions(acts)
 		})

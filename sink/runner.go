@@ -471,6 +471,23 @@ func (x *run[H]) shutdown(ctx context.Context) {
 	}
 }
 
+// call performs a Handler's call. The machine takes one only while the
+// reader is idle, inside Poll (the Source contract); another is refused
+// with ErrConfig, and changes nothing.
+func (x *run[H]) call(ctx context.Context, ev event) error {
+	x.mu.Lock()
+	before := x.m.ignored
+	x.mu.Unlock()
+	x.do(ctx, ev) // a handler's flow never stops Run: it leaves that to the poll
+	x.mu.Lock()
+	ignored := x.m.ignored > before
+	x.mu.Unlock()
+	if ignored {
+		return fmt.Errorf("%w: the source called the handler (%T) outside Poll", ErrConfig, ev)
+	}
+	return nil
+}
+
 // handler receives the source's assignments.
 type handler[H any] struct{ x *run[H] }
 
@@ -480,7 +497,9 @@ var _ LostHandler = handler[int]{}
 func (h handler[H]) Assigned(ctx context.Context, partitions []string) (map[string]string, error) {
 	x := h.x
 	x.taken, x.takeErr = nil, nil
-	x.do(ctx, evAssigned{parts: partitions})
+	if err := x.call(ctx, evAssigned{parts: partitions}); err != nil {
+		return nil, err
+	}
 	if x.takeErr != nil {
 		return nil, x.takeErr
 	}
@@ -491,7 +510,9 @@ func (h handler[H]) Assigned(ctx context.Context, partitions []string) (map[stri
 // releases the partitions.
 func (h handler[H]) Revoked(ctx context.Context, partitions []string) error {
 	h.x.released = nil
-	h.x.do(ctx, evRevoked{parts: partitions})
+	if err := h.x.call(ctx, evRevoked{parts: partitions}); err != nil {
+		return err
+	}
 	return h.x.released
 }
 
@@ -501,6 +522,8 @@ func (h handler[H]) Revoked(ctx context.Context, partitions []string) error {
 // positions after this Poll.
 func (h handler[H]) Lost(ctx context.Context, partitions []string) error {
 	h.x.released = nil
-	h.x.do(ctx, evLost{parts: partitions})
+	if err := h.x.call(ctx, evLost{parts: partitions}); err != nil {
+		return err
+	}
 	return h.x.released
 }
