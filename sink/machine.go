@@ -357,8 +357,6 @@ type machine struct {
 	aborts int
 	// ack holds committed positions not yet acknowledged to the source.
 	ack map[string]string
-	// stopErr is what Run returns.
-	stopErr error
 	// ignored counts the events not accepted (accepts).
 	ignored int
 }
@@ -912,7 +910,6 @@ func (m *machine) stop(err error) []action {
 
 func (m *machine) stopAction(err error) action {
 	m.phase, m.flow = phaseStopped, flowRun
-	m.stopErr = err
 	return actStop{err: err}
 }
 
