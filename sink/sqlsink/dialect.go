@@ -3,9 +3,9 @@ package sqlsink
 import (
 	"context"
 	"fmt"
-	"github.com/xadb/xa/sink"
 	"time"
 
+	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/xa"
 )
 

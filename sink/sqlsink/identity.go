@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/xadb/xa/sink"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/xa"
 )
 

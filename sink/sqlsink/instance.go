@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/xadb/xa/sink"
 	"log/slog"
 	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/xa"
 )
 

@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/xadb/xa/sink"
 	"math/big"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/xadb/xa/sink"
 )
 
 // Table is one table of a target that the sink writes.

@@ -2,12 +2,13 @@ package sqlsink
 
 import (
 	"errors"
-	"github.com/xadb/xa/sink"
 	"math/big"
 	"reflect"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/xadb/xa/sink"
 )
 
 func TestJSONMapping(t *testing.T) {

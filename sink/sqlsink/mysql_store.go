@@ -6,12 +6,13 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"github.com/xadb/xa/sink"
 	"slices"
 	"strings"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/xadb/xa/sink"
 )
 
 // myStore keeps the bookkeeping tables in MySQL/MariaDB on a database/sql

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/xadb/xa/sink"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/xadb/xa/internal/testrig/dbtest"
+	"github.com/xadb/xa/sink"
 )
 
 // numberColumn is a column type to write numbers into: a name for its

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/xadb/xa/sink"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/xadb/xa/sink"
 )
 
 // pgStore keeps the bookkeeping tables in PostgreSQL, on a pool of its

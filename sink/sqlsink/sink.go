@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/xadb/xa/sink"
 	"log/slog"
 	"os"
 	"slices"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/xadb/xa/sink"
 )
 
 // Config configures a SQL sink.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"github.com/xadb/xa/sink"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/xadb/xa/internal/testrig/dbtest"
+	"github.com/xadb/xa/sink"
 )
 
 // TestTableValidateDuplicateKeyColumn checks that the configuration

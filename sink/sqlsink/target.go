@@ -3,10 +3,10 @@ package sqlsink
 import (
 	"context"
 	"fmt"
-	"github.com/xadb/xa/sink"
 	"log/slog"
 
 	"github.com/xadb/xa/drivers"
+	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/xa"
 )
 

@@ -2,10 +2,10 @@ package sqlsink
 
 import (
 	"fmt"
-	"github.com/xadb/xa/sink"
 	"strconv"
 	"strings"
 
+	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/xa"
 )
 

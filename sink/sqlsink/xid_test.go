@@ -1,10 +1,10 @@
 package sqlsink
 
 import (
-	"github.com/xadb/xa/sink"
 	"strings"
 	"testing"
 
+	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/xa"
 )
 
