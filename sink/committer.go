@@ -19,19 +19,20 @@ import (
 //
 // The SQL sink (*Sink) implements Committer[Handle].
 type Committer[H any] interface {
-	// Begin opens the transaction numbered txn (the number goes into the
-	// branches' XIDs; it increases within an instance). It need not do
-	// any I/O.
-	Begin(ctx context.Context, txn uint64) (H, error)
+	// Begin opens the transaction of the checkpoint numbered checkpoint
+	// (the number goes into the branches' XIDs; it increases within an
+	// instance). It need not do any I/O.
+	Begin(ctx context.Context, checkpoint uint64) (H, error)
 	// Write adds records to the transaction. An error means the
 	// transaction cannot go on: the driver aborts it.
 	Write(ctx context.Context, h H, records []Record) error
 	// PreCommit flushes what is buffered and prepares every branch (phase
-	// one); checkpoint is the id the transaction completes under (the
-	// driver's own count, or the external caller's checkpoint id). It
-	// returns the handle to keep. An error means the transaction is not
-	// prepared everywhere: the driver aborts it.
-	PreCommit(ctx context.Context, h H, checkpoint uint64) (H, error)
+	// one); id is the checkpoint id the transaction completes under (a
+	// Runner's is the checkpoint number itself; an external caller's is
+	// its own checkpoint id). It returns the handle to keep. An error
+	// means the transaction is not prepared everywhere: the driver aborts
+	// it.
+	PreCommit(ctx context.Context, h H, id uint64) (H, error)
 	// Commit decides the transaction and commits its branches (phase
 	// two). It is idempotent: a decided transaction only goes through
 	// phase two again, which is how restore finishes a handle of an

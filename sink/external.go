@@ -8,6 +8,11 @@ import (
 	"sync"
 )
 
+// MaxCheckpoint is the largest checkpoint number, and checkpoint id, a
+// driver gives a Committer: 12 hex digits, which the SQL sink's XIDs
+// carry.
+const MaxCheckpoint = 1<<48 - 1
+
 // Checkpointed is a transaction handle that knows the checkpoint it was
 // pre-committed under and which transaction it is.
 type Checkpointed interface {
@@ -34,9 +39,10 @@ type Restorer interface {
 // and commits it when its checkpoint completes. Its methods are safe for
 // concurrent use (they are serialised).
 //
-// Transactions are numbered for their XIDs before the caller's checkpoint
-// id is known: a transaction is numbered one more than the last checkpoint
-// id pre-committed (or restored), or than the last number used if that is
+// Transactions are numbered for their XIDs (the checkpoint number, which
+// Committer.Begin takes) before the caller's checkpoint id is known: a
+// transaction is numbered one more than the last checkpoint id
+// pre-committed (or restored), or than the last number used if that is
 // higher (a transaction aborted by a failed Write or PreCommit spends its
 // number: its abort may be fenced by a marker under it), and it is
 // pre-committed under a checkpoint id at least its number. So a
@@ -49,9 +55,9 @@ type External[H Checkpointed] struct {
 	r       Restorer
 	open    H
 	hasOpen bool
-	openTxn uint64 // the open transaction's number
+	openNum uint64 // the open transaction's checkpoint number
 	last    uint64 // the last checkpoint id pre-committed or restored
-	used    uint64 // the last transaction number begun
+	used    uint64 // the last checkpoint number begun
 	pending Pending[H]
 }
 
@@ -80,17 +86,18 @@ func (e *External[H]) begin(ctx context.Context) error {
 	if e.hasOpen {
 		return nil
 	}
-	txn := e.nextTxn()
-	h, err := e.c.Begin(ctx, txn)
+	n := e.nextNumber()
+	h, err := e.c.Begin(ctx, n)
 	if err != nil {
 		return err
 	}
-	e.open, e.hasOpen, e.openTxn, e.used = h, true, txn, txn
+	e.open, e.hasOpen, e.openNum, e.used = h, true, n, n
 	return nil
 }
 
-// nextTxn returns the number of the next transaction to begin.
-func (e *External[H]) nextTxn() uint64 { return max(e.last, e.used) + 1 }
+// nextNumber returns the checkpoint number of the next transaction to
+// begin.
+func (e *External[H]) nextNumber() uint64 { return max(e.last, e.used) + 1 }
 
 func (e *External[H]) abortOpen(ctx context.Context) error {
 	if !e.hasOpen {
@@ -110,9 +117,9 @@ func (e *External[H]) PreCommit(ctx context.Context, checkpoint uint64) (H, erro
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var zero H
-	floor := e.nextTxn() // the lowest id allowed
+	floor := e.nextNumber() // the lowest id allowed
 	if e.hasOpen {
-		floor = max(e.last+1, e.openTxn)
+		floor = max(e.last+1, e.openNum)
 	}
 	if checkpoint < floor || checkpoint > MaxCheckpoint {
 		return zero, fmt.Errorf("%w: checkpoint id %d: must be at least %d (above every checkpoint id pre-committed or spent by a failed one) and at most %d",

@@ -36,15 +36,32 @@ type GlobalID struct {
 }
 
 // ValidateNode reports whether node can own transactions: 1 to 31 characters
-// from A-Z a-z 0-9 '-' '_'.
+// from A-Z a-z 0-9 '-' '_' (ValidateIdent).
 func ValidateNode(node string) error {
-	if node == "" || len(node) > maxNodeLen {
-		return fmt.Errorf("%w: node id %q must be 1 to %d characters", ErrInvalidNode, node, maxNodeLen)
+	if err := ValidateIdent("node id", node, maxNodeLen, ""); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidNode, err)
 	}
-	for i := 0; i < len(node); i++ {
-		c := node[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return fmt.Errorf("%w: node id %q may hold only A-Z a-z 0-9 - _", ErrInvalidNode, node)
+	return nil
+}
+
+// ValidateIdent reports whether s can name something inside a gtrid or a
+// bqual of this module's XIDs: 1 to max characters from A-Z a-z 0-9 '-'
+// '_' and the bytes of extra, so that it is written as is and read back
+// by splitting on a byte it cannot hold. Node ids follow it (ValidateNode),
+// and so do the sink's names and targets. what names s in the error
+// ("node id"); the error has no kind: the caller wraps its own.
+func ValidateIdent(what, s string, max int, extra string) error {
+	if s == "" || len(s) > max {
+		return fmt.Errorf("%s %q must be 1 to %d characters", what, s, max)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || strings.IndexByte(extra, c) >= 0) {
+			only := "A-Z a-z 0-9 - _"
+			for j := 0; j < len(extra); j++ {
+				only += " " + extra[j:j+1]
+			}
+			return fmt.Errorf("%s %q may hold only %s", what, s, only)
 		}
 	}
 	return nil
@@ -68,13 +85,16 @@ func (g GlobalID) String() string {
 	b = append(b, gtridPrefix...)
 	b = append(b, g.Node...)
 	b = append(b, '.')
-	b = appendHex(b, uint64(g.Begun.UnixMilli())&(1<<48-1), 12)
-	b = appendHex(b, g.Rand, 16)
+	b = AppendHex(b, uint64(g.Begun.UnixMilli())&(1<<48-1), 12)
+	b = AppendHex(b, g.Rand, 16)
 	return string(b)
 }
 
-// appendHex appends v as exactly n lower-case hex digits.
-func appendHex(b []byte, v uint64, n int) []byte {
+// AppendHex appends v as exactly n lower-case hex digits: the fixed-width
+// fields of this module's gtrids and bquals (a GlobalID's time and random
+// bits, a LogID, the sink's incarnations and checkpoint numbers).
+// ParseHex reads them back.
+func AppendHex(b []byte, v uint64, n int) []byte {
 	const digits = "0123456789abcdef"
 	for i := n - 1; i >= 0; i-- {
 		b = append(b, digits[(v>>(4*uint(i)))&0xf])
@@ -106,15 +126,9 @@ func ParseGlobalID(gtrid []byte) (GlobalID, bool) {
 	if !ok || ValidateNode(node) != nil || len(id) != idHexLen {
 		return GlobalID{}, false
 	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return GlobalID{}, false
-		}
-	}
-	ms, err1 := strconv.ParseUint(id[:12], 16, 64)
-	r, err2 := strconv.ParseUint(id[12:], 16, 64)
-	if err1 != nil || err2 != nil {
+	ms, ok1 := ParseHex(id[:12], 12)
+	r, ok2 := ParseHex(id[12:], 16)
+	if !ok1 || !ok2 {
 		return GlobalID{}, false
 	}
 	return GlobalID{Node: node, Begun: time.UnixMilli(int64(ms)), Rand: r}, true
@@ -144,28 +158,40 @@ func NewLogID() (LogID, error) {
 }
 
 // String returns the 16 lower-case hex digits of id.
-func (id LogID) String() string { return string(appendHex(nil, uint64(id), 16)) }
+func (id LogID) String() string { return string(AppendHex(nil, uint64(id), 16)) }
 
 // ParseLogID parses what LogID.String wrote.
 func ParseLogID(s string) (LogID, error) {
-	if len(s) != 16 || !lowerHex(s) {
+	v, ok := ParseHex(s, 16)
+	if !ok {
 		return 0, fmt.Errorf("xa: log id %q: want 16 lower-case hex digits", truncate(s, 40))
 	}
-	v, err := strconv.ParseUint(s, 16, 64)
-	if err != nil || v == 0 {
+	if v == 0 {
 		return 0, fmt.Errorf("xa: log id %q is not valid", s)
 	}
 	return LogID(v), nil
 }
 
-func lowerHex(s string) bool {
+// ParseHex parses exactly n (at most 16) lower-case hex digits, as
+// AppendHex writes them; false for anything else (another length, upper
+// case, a sign).
+func ParseHex(s string, n int) (uint64, bool) {
+	if len(s) != n || n > 16 {
+		return 0, false
+	}
+	var v uint64
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
+		switch {
+		case c >= '0' && c <= '9':
+			v = v<<4 | uint64(c-'0')
+		case c >= 'a' && c <= 'f':
+			v = v<<4 | uint64(c-'a'+10)
+		default:
+			return 0, false
 		}
 	}
-	return true
+	return v, true
 }
 
 // BranchRef is what one of our XIDs says about its branch: the global
@@ -190,7 +216,7 @@ func (r BranchRef) XID() XID {
 	q := strconv.AppendInt(nil, int64(r.Index), 10)
 	if r.Log != 0 {
 		q = append(q, '.')
-		q = appendHex(q, uint64(r.Log), 16)
+		q = AppendHex(q, uint64(r.Log), 16)
 	}
 	return XID{FormatID: FormatID, Gtrid: r.ID.Gtrid(), Bqual: q}
 }

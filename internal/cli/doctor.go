@@ -16,7 +16,7 @@ import (
 	"github.com/xadb/xa/internal/config"
 	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/recovery/filelog"
-	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/sqlsink"
 	"github.com/xadb/xa/xa"
 )
 
@@ -158,7 +158,7 @@ func doctorParticipant(ctx context.Context, pc config.Participant, grace time.Du
 			oursOldest = max(oursOldest, a)
 			continue
 		}
-		if ref, ok := sink.ParseXID(b.XID); ok {
+		if ref, ok := sqlsink.ParseXID(b.XID); ok {
 			sinkN++
 			sinks[ref.Sink]++
 			continue

@@ -11,7 +11,7 @@ import (
 
 	"github.com/xadb/xa/internal/config"
 	"github.com/xadb/xa/recovery"
-	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/sqlsink"
 	"github.com/xadb/xa/xa"
 )
 
@@ -85,7 +85,7 @@ does it anyway, recorded as a heuristic outcome.`, strings.ToUpper(verb[:1])+ver
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
 			logger := g.logger()
-			if ref, ok := sink.ParseXID(x); ok && !force {
+			if ref, ok := sqlsink.ParseXID(x); ok && !force {
 				return refuseSinkBranch(ctx, c, ref, verb, g.sinkLogger())
 			}
 			log, err := openDecisionLog(c, forWriting, logger)

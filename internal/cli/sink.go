@@ -23,6 +23,7 @@ import (
 	"github.com/xadb/xa/internal/config"
 	"github.com/xadb/xa/metrics"
 	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/sqlsink"
 	"github.com/xadb/xa/xa"
 )
 
@@ -160,12 +161,12 @@ configured and lists a prepared branch of the sink).`,
 			for i := range cfg.Targets {
 				cfg.Targets[i].Init = true
 			}
-			s, err := sink.Open(ctx, cfg)
+			s, err := sqlsink.Open(ctx, cfg)
 			if err != nil {
 				return fmt.Errorf("sink %s: %w", sc.Name, err)
 			}
 			defer s.Close()
-			v := sinkSetupView{Sink: sc.Name, Progress: sc.Progress, Tables: sink.Tables(), Missing: []string{}, Unfit: []string{}, Unchecked: []string{},
+			v := sinkSetupView{Sink: sc.Name, Progress: sc.Progress, Tables: sqlsink.Tables(), Missing: []string{}, Unfit: []string{}, Unchecked: []string{},
 				Removed: []string{}}
 			if forget != "" {
 				if err := forgetSinkTarget(ctx, c, sc, s, forget, g); err != nil {
@@ -228,7 +229,7 @@ configured and lists a prepared branch of the sink).`,
 // forgetSinkTarget forgets target name of the sink, after checking that
 // the participant of that name, if it is configured, lists no prepared
 // branch of the sink.
-func forgetSinkTarget(ctx context.Context, c *config.Config, sc config.Sink, s *sink.Sink, name string, g *globals) error {
+func forgetSinkTarget(ctx context.Context, c *config.Config, sc config.Sink, s *sqlsink.Sink, name string, g *globals) error {
 	if slices.Contains(sc.Targets, name) {
 		return usageErr("--forget-target %s: %s is among the sink's targets; take it out of them first", name, name)
 	}
@@ -244,7 +245,7 @@ func forgetSinkTarget(ctx context.Context, c *config.Config, sc config.Sink, s *
 		}
 		var mine []string
 		for _, b := range list {
-			if ref, ok := sink.ParseXID(b.XID); ok && ref.Sink == sc.Name && ref.Target == name {
+			if ref, ok := sqlsink.ParseXID(b.XID); ok && ref.Sink == sc.Name && ref.Target == name {
 				mine = append(mine, ref.String())
 			}
 		}
@@ -314,7 +315,7 @@ the configuration.`,
 			cfg := c.SinkConfig(sc)
 			cfg.Logger = logger
 			openCtx, cancel := context.WithTimeout(ctx, g.timeout)
-			s, err := sink.Open(openCtx, cfg)
+			s, err := sqlsink.Open(openCtx, cfg)
 			cancel()
 			if err != nil {
 				return sinkIdentityExit(fmt.Errorf("sink %s: %w", sc.Name, err))
@@ -438,7 +439,7 @@ func runHint(err error, name string) string {
 		return fmt.Sprintf("\nA checkpoint's decision could not be settled: the next instance's restore settles it through the abort marker (xactl sink status %s shows its branches).", name)
 	case errors.Is(err, xa.ErrIdentity):
 		return fmt.Sprintf("\nA database answered under a name of the sink's configuration that is not the one the sink was set up with: nothing was written or resolved. Fix the configuration as the error says (xactl sink status %s shows it too).", name)
-	case errors.Is(err, sink.ErrTable):
+	case errors.Is(err, sqlsink.ErrTable):
 		return fmt.Sprintf("\nA table the sink writes does not fit its configuration: nothing was written. xactl doctor says how to fix it (the sink %s section).", name)
 	case errors.Is(err, sink.ErrAborted):
 		return "\nCheckpoints kept aborting: see the reason above; the records were not written (the positions did not move)."
@@ -579,7 +580,7 @@ func (r *reporter) report(ctx context.Context) {
 func (r *reporter) lag(ctx context.Context) (int64, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	st, err := sink.ReadStatus(ctx, r.c.ProgressTarget(r.sc), r.sc.Name)
+	st, err := sqlsink.ReadStatus(ctx, r.c.ProgressTarget(r.sc), r.sc.Name)
 	if err != nil {
 		return 0, 0, fmt.Errorf("progress table: %w", err)
 	}

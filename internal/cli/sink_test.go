@@ -26,6 +26,7 @@ import (
 	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/sink/gensource"
+	"github.com/xadb/xa/sink/sqlsink"
 )
 
 // Sink tests: xactl sink setup, run and status against the test's MariaDB
@@ -265,19 +266,19 @@ func (o *blockAtPrepare) PendingChanged(n int) {
 }
 
 // sinkAPIConfig is the sink of sinkConfig, for the sink package.
-func (e *sinkEnv) sinkAPIConfig(grace time.Duration) sink.Config {
-	cols := []sink.Column{{Name: "body", From: "$"}, {Name: "id", From: "$.id"}, {Name: "p", From: "partition"}, {Name: "seq", From: "$.seq"}}
-	return sink.Config{Name: e.name, Progress: myName, RestoreGrace: grace,
-		Targets: []sink.TargetConfig{{Name: myName, Driver: "mysql", DSN: e.my.DSN(), Init: true}, {Name: pgName, Driver: "postgres", DSN: e.pg.DSN(), Init: true}},
-		Tables:  []sink.Table{{ID: "my", Target: myName, Name: "events", Columns: cols}, {ID: "pg", Target: pgName, Name: "events", Columns: cols}}}
+func (e *sinkEnv) sinkAPIConfig(grace time.Duration) sqlsink.Config {
+	cols := []sqlsink.Column{{Name: "body", From: "$"}, {Name: "id", From: "$.id"}, {Name: "p", From: "partition"}, {Name: "seq", From: "$.seq"}}
+	return sqlsink.Config{Name: e.name, Progress: myName, RestoreGrace: grace,
+		Targets: []sqlsink.TargetConfig{{Name: myName, Driver: "mysql", DSN: e.my.DSN(), Init: true}, {Name: pgName, Driver: "postgres", DSN: e.pg.DSN(), Init: true}},
+		Tables:  []sqlsink.Table{{ID: "my", Target: myName, Name: "events", Columns: cols}, {ID: "pg", Target: pgName, Name: "events", Columns: cols}}}
 }
 
 // abandon runs an instance of the sink that crashes once its first
 // checkpoint is prepared: its branches stay prepared, undecided, and its
 // incarnation owns the partitions. It returns the branches' refs.
-func (e *sinkEnv) abandon(g gensource.Config) (my, pg sink.Ref) {
+func (e *sinkEnv) abandon(g gensource.Config) (my, pg sqlsink.Ref) {
 	e.t.Helper()
-	s, err := sink.Open(e.ctx, e.sinkAPIConfig(0))
+	s, err := sqlsink.Open(e.ctx, e.sinkAPIConfig(0))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -296,8 +297,8 @@ func (e *sinkEnv) abandon(g gensource.Config) (my, pg sink.Ref) {
 	if err := <-done; !errors.Is(err, sink.ErrClosed) {
 		e.t.Fatalf("the abandoned run ended with %v, want sink.ErrClosed", err)
 	}
-	my = sink.Ref{Sink: e.name, Incarnation: 1, Checkpoint: 1, Target: myName}
-	pg = sink.Ref{Sink: e.name, Incarnation: 1, Checkpoint: 1, Target: pgName}
+	my = sqlsink.Ref{Sink: e.name, Incarnation: 1, Checkpoint: 1, Target: myName}
+	pg = sqlsink.Ref{Sink: e.name, Incarnation: 1, Checkpoint: 1, Target: pgName}
 	if !e.myPrepared(my.XID()) || !e.pgPrepared(pg.XID().String()) {
 		e.t.Fatalf("the abandoned checkpoint's branches are not prepared: %s on MariaDB %v, %s on PostgreSQL %v",
 			my, e.myPrepared(my.XID()), pg, e.pgPrepared(pg.XID().String()))
@@ -307,9 +308,9 @@ func (e *sinkEnv) abandon(g gensource.Config) (my, pg sink.Ref) {
 
 // external leaves a checkpoint of an externally driven member prepared and
 // uncommitted, as a stream processor whose checkpoint never completed.
-func (e *sinkEnv) external(member uint32, recs []sink.Record) (my, pg sink.Ref) {
+func (e *sinkEnv) external(member uint32, recs []sink.Record) (my, pg sqlsink.Ref) {
 	e.t.Helper()
-	s, err := sink.Open(e.ctx, e.sinkAPIConfig(0))
+	s, err := sqlsink.Open(e.ctx, e.sinkAPIConfig(0))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -328,7 +329,7 @@ func (e *sinkEnv) external(member uint32, recs []sink.Record) (my, pg sink.Ref) 
 	return h.Ref(myName), h.Ref(pgName)
 }
 
-func findSinkBranch(t *testing.T, out listSinkJSON, participant string, ref sink.Ref) *sinkBranchJSON {
+func findSinkBranch(t *testing.T, out listSinkJSON, participant string, ref sqlsink.Ref) *sinkBranchJSON {
 	t.Helper()
 	for _, b := range out.Branches {
 		if b.Participant == participant && b.XID == ref.XID().String() {
@@ -366,7 +367,7 @@ func testSinkBranches(t *testing.T) {
 	r.json(t, &out)
 	for _, c := range []struct {
 		participant string
-		ref         sink.Ref
+		ref         sqlsink.Ref
 	}{{myName, my}, {pgName, pg}} {
 		b := findSinkBranch(t, out, c.participant, c.ref)
 		if b.Name != e.name || b.Incarnation != 1 || b.Checkpoint != 1 || b.Target != c.ref.Target || !b.Configured ||
@@ -420,7 +421,7 @@ func testSinkBranches(t *testing.T) {
 
 	// commit and rollback refuse without --force, saying why.
 	for _, verb := range []string{"commit", "rollback"} {
-		for _, ref := range []sink.Ref{my, pg} {
+		for _, ref := range []sqlsink.Ref{my, pg} {
 			r := e.runWith(cfg, verb, ref.XID().String()).want(t, 1)
 			r.stderrHas(t, "is a branch of sink "+e.name, "incarnation 1, checkpoint 1", "not the transaction manager's",
 				"The sink's restore resolves it", "undecided; the sink's restore would leave it", "--force")
@@ -909,11 +910,11 @@ func TestSinkPreparedTransactionsDisabled(t *testing.T) {
 		}
 		t.Logf("sink %s: %s", cmd, r.stderr)
 	}
-	got, err := sink.TablesExist(e.ctx, sink.TargetConfig{Name: myName, Driver: sink.DriverMySQL, DSN: e.my.DSN(), Init: true}, sink.Tables())
+	got, err := sqlsink.TablesExist(e.ctx, sqlsink.TargetConfig{Name: myName, Driver: sqlsink.DriverMySQL, DSN: e.my.DSN(), Init: true}, sqlsink.Tables())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tb := range sink.Tables() {
+	for _, tb := range sqlsink.Tables() {
 		if got[tb] {
 			t.Errorf("sink setup refused, but created %s", tb)
 		}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/xadb/xa/internal/config"
 	"github.com/xadb/xa/recovery"
-	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/sqlsink"
 )
 
 // Branches of the exactly-once sinks are not the transaction manager's:
@@ -19,10 +19,10 @@ import (
 // rollback refuse them without --force.
 
 // sinkRestores says what each configured sink's restore would do with its
-// prepared branches, from sink.Status.
+// prepared branches, from sqlsink.Status.
 type sinkRestores struct {
 	c        *config.Config
-	branches map[sink.Ref]sink.BranchStatus
+	branches map[sqlsink.Ref]sqlsink.BranchStatus
 	errs     map[string]error // by sink: why its status could not be read
 	asked    map[string]bool
 }
@@ -30,12 +30,12 @@ type sinkRestores struct {
 // readSinkRestores reads the status of every configured sink named by a
 // branch of branches; nothing when ask is false.
 func readSinkRestores(ctx context.Context, c *config.Config, branches []recovery.Branch, ask bool, logger *slog.Logger) *sinkRestores {
-	r := &sinkRestores{c: c, branches: map[sink.Ref]sink.BranchStatus{}, errs: map[string]error{}, asked: map[string]bool{}}
+	r := &sinkRestores{c: c, branches: map[sqlsink.Ref]sqlsink.BranchStatus{}, errs: map[string]error{}, asked: map[string]bool{}}
 	if !ask {
 		return r
 	}
 	for _, b := range branches {
-		ref, ok := sink.ParseXID(b.Prepared.XID)
+		ref, ok := sqlsink.ParseXID(b.Prepared.XID)
 		if !ok || r.asked[ref.Sink] {
 			continue
 		}
@@ -58,10 +58,10 @@ func readSinkRestores(ctx context.Context, c *config.Config, branches []recovery
 
 // sinkBranches returns the sink's prepared branches with what its restore
 // would do.
-func sinkBranches(ctx context.Context, c *config.Config, sc config.Sink, logger *slog.Logger) ([]sink.BranchStatus, error) {
+func sinkBranches(ctx context.Context, c *config.Config, sc config.Sink, logger *slog.Logger) ([]sqlsink.BranchStatus, error) {
 	cfg := c.SinkConfig(sc)
 	cfg.Logger = logger
-	s, err := sink.Open(ctx, cfg)
+	s, err := sqlsink.Open(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -74,8 +74,8 @@ func sinkBranches(ctx context.Context, c *config.Config, sc config.Sink, logger 
 }
 
 // view describes the sink branch ref.
-func (r *sinkRestores) view(ref sink.Ref) *sinkBranchView {
-	var bs *sink.BranchStatus
+func (r *sinkRestores) view(ref sqlsink.Ref) *sinkBranchView {
+	var bs *sqlsink.BranchStatus
 	if b, ok := r.branches[ref]; ok {
 		bs = &b
 	}
@@ -95,7 +95,7 @@ func (r *sinkRestores) view(ref sink.Ref) *sinkBranchView {
 // views[i] is the view of branches[i].
 func annotateSinkBranches(views []branchView, branches []recovery.Branch, r *sinkRestores) {
 	for i, b := range branches {
-		ref, ok := sink.ParseXID(b.Prepared.XID)
+		ref, ok := sqlsink.ParseXID(b.Prepared.XID)
 		if !ok {
 			continue
 		}
@@ -104,11 +104,11 @@ func annotateSinkBranches(views []branchView, branches []recovery.Branch, r *sin
 		v.Sink = sv
 		v.Decision = "-"
 		switch sv.Decision {
-		case sink.DecidedCommit.String():
+		case sqlsink.DecidedCommit.String():
 			v.Decision = "commit"
-		case sink.DecidedAbort.String():
+		case sqlsink.DecidedAbort.String():
 			v.Decision = "abort"
-		case sink.NoDecision.String():
+		case sqlsink.NoDecision.String():
 			v.Decision = "none"
 		}
 		v.Action = fmt.Sprintf("none: sink %s's; its restore resolves it", ref.Sink)
@@ -145,11 +145,11 @@ func printSinkBranches(w io.Writer, views []branchView) {
 
 // refuseSinkBranch refuses to commit or roll back a sink's branch by hand:
 // its decision is in the sink's progress target, not in the decision log.
-func refuseSinkBranch(ctx context.Context, c *config.Config, ref sink.Ref, verb string, logger *slog.Logger) error {
+func refuseSinkBranch(ctx context.Context, c *config.Config, ref sqlsink.Ref, verb string, logger *slog.Logger) error {
 	var b strings.Builder
 	sc, configured := c.Sink(ref.Sink)
 	progress := "its progress target"
-	var restore *sink.BranchStatus // what the sink's restore would do, when known
+	var restore *sqlsink.BranchStatus // what the sink's restore would do, when known
 	if configured {
 		progress += " " + sc.Progress
 	}
@@ -158,7 +158,7 @@ func refuseSinkBranch(ctx context.Context, c *config.Config, ref sink.Ref, verb 
 		ref.XID(), ref.Sink, incarnationWords(ref), ref.Checkpoint, ref.Target, progress)
 	if configured {
 		brs, err := sinkBranches(ctx, c, sc, logger)
-		i := slices.IndexFunc(brs, func(bs sink.BranchStatus) bool { return bs.Ref == ref })
+		i := slices.IndexFunc(brs, func(bs sqlsink.BranchStatus) bool { return bs.Ref == ref })
 		switch {
 		case err != nil:
 			fmt.Fprintf(&b, ".\nWhat its restore would do could not be read: %v", err)
@@ -172,10 +172,10 @@ func refuseSinkBranch(ctx context.Context, c *config.Config, ref sink.Ref, verb 
 		fmt.Fprintf(&b, ".\nSink %s is not configured here (sinks:)", ref.Sink)
 	}
 	doing, forced := "Committing it", "commits it"
-	same := restore != nil && restore.Action == sink.ActCommit
+	same := restore != nil && restore.Action == sqlsink.ActCommit
 	if verb != "commit" {
 		doing, forced = "Rolling it back", "rolls it back"
-		same = restore != nil && restore.Action == sink.ActRollback
+		same = restore != nil && restore.Action == sqlsink.ActRollback
 	}
 	fmt.Fprintf(&b, ".\nxactl sink status %s shows its branches. ", ref.Sink)
 	switch {
@@ -192,7 +192,7 @@ func refuseSinkBranch(ctx context.Context, c *config.Config, ref sink.Ref, verb 
 	return &exitError{code: ExitError, err: fmt.Errorf("%s", b.String())}
 }
 
-func incarnationWords(ref sink.Ref) string {
+func incarnationWords(ref sqlsink.Ref) string {
 	if ref.External() {
 		return fmt.Sprintf("external member %d, generation %d", ref.Member(), ref.Generation())
 	}

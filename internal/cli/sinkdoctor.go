@@ -9,22 +9,22 @@ import (
 
 	"github.com/xadb/xa/drivers"
 	"github.com/xadb/xa/internal/config"
-	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/sqlsink"
 	"github.com/xadb/xa/xa"
 )
 
 // targetOf returns participant name as a target of the sink package.
-func targetOf(c *config.Config, name string) sink.TargetConfig {
+func targetOf(c *config.Config, name string) sqlsink.TargetConfig {
 	p, _ := c.Participant(name)
-	return sink.TargetConfig{Name: p.Name, Driver: p.Driver, DSN: p.DSN, MaxConns: p.MaxConns}
+	return sqlsink.TargetConfig{Name: p.Name, Driver: p.Driver, DSN: p.DSN, MaxConns: p.MaxConns}
 }
 
 // checkSinkTables compares tables (the sink's) with their targets'
-// catalogues (sink.CheckTables): per table, in order, how it does not fit
+// catalogues (sqlsink.CheckTables): per table, in order, how it does not fit
 // (nil: it fits), or the error that kept its target's catalogue from
 // being read.
-func checkSinkTables(ctx context.Context, c *config.Config, tables []sink.Table) ([]*sink.TableError, []error) {
-	unfit, errs := make([]*sink.TableError, len(tables)), make([]error, len(tables))
+func checkSinkTables(ctx context.Context, c *config.Config, tables []sqlsink.Table) ([]*sqlsink.TableError, []error) {
+	unfit, errs := make([]*sqlsink.TableError, len(tables)), make([]error, len(tables))
 	byTarget := map[string][]int{}
 	var targets []string
 	for i, t := range tables {
@@ -35,11 +35,11 @@ func checkSinkTables(ctx context.Context, c *config.Config, tables []sink.Table)
 	}
 	for _, target := range targets {
 		idx := byTarget[target]
-		on := make([]sink.Table, len(idx))
+		on := make([]sqlsink.Table, len(idx))
 		for j, i := range idx {
 			on[j] = tables[i]
 		}
-		got, err := sink.CheckTables(ctx, targetOf(c, target), on)
+		got, err := sqlsink.CheckTables(ctx, targetOf(c, target), on)
 		for j, i := range idx {
 			if err != nil {
 				errs[i] = err
@@ -52,7 +52,7 @@ func checkSinkTables(ctx context.Context, c *config.Config, tables []sink.Table)
 }
 
 // tableFix says how to make a table that is there fit the sink.
-func tableFix(te *sink.TableError) string {
+func tableFix(te *sqlsink.TableError) string {
 	var fix []string
 	if len(te.Columns) > 0 {
 		word := "column"
@@ -109,7 +109,7 @@ func slotServers(ctx context.Context, c *config.Config) (byTarget map[string]str
 				continue
 			}
 			asked[name] = true
-			server, m, u, limited, err := sink.PreparedSlots(ctx, targetOf(c, name))
+			server, m, u, limited, err := sqlsink.PreparedSlots(ctx, targetOf(c, name))
 			switch {
 			case err != nil:
 				errs[name] = err
@@ -158,12 +158,12 @@ func doctorSink(ctx context.Context, c *config.Config, sc config.Sink, checked m
 		fs = append(fs, xa.Finding{Name: name, Value: value, Severity: sev, Fix: fix})
 	}
 	// The bookkeeping tables.
-	if got, err := sink.TablesExist(ctx, targetOf(c, sc.Progress), sink.Tables()); err != nil {
+	if got, err := sqlsink.TablesExist(ctx, targetOf(c, sc.Progress), sqlsink.Tables()); err != nil {
 		add("sink tables", fmt.Sprintf("could not be checked in %s: %v", sc.Progress, err), xa.SeverityFail,
 			"see participant "+sc.Progress+"; the sink's user must be able to read its catalogue")
 	} else {
 		var missing []string
-		for _, t := range sink.Tables() {
+		for _, t := range sqlsink.Tables() {
 			if !got[t] {
 				missing = append(missing, t)
 			}
@@ -172,7 +172,7 @@ func doctorSink(ctx context.Context, c *config.Config, sc config.Sink, checked m
 			add("sink tables", fmt.Sprintf("missing in %s: %s", sc.Progress, strings.Join(missing, ", ")), xa.SeverityFail,
 				fmt.Sprintf("xactl sink setup %s creates them", sc.Name))
 		} else {
-			add("sink tables", fmt.Sprintf("present in %s (%s)", sc.Progress, strings.Join(sink.Tables(), ", ")), xa.SeverityOK, "")
+			add("sink tables", fmt.Sprintf("present in %s (%s)", sc.Progress, strings.Join(sqlsink.Tables(), ", ")), xa.SeverityOK, "")
 		}
 	}
 	// Its identities: the progress target and the targets are the
@@ -272,7 +272,7 @@ func unlimitedSinkFindings(ctx context.Context, pc config.Participant, sc config
 	} else {
 		mine, sinks := 0, 0
 		for _, b := range list {
-			if ref, ok := sink.ParseXID(b.XID); ok {
+			if ref, ok := sqlsink.ParseXID(b.XID); ok {
 				sinks++
 				if ref.Sink == sc.Name {
 					mine++
@@ -332,7 +332,7 @@ func progressDurability(progress, driver string, checks []xa.Finding) []xa.Findi
 		g := f
 		g.Name = "decision durability (" + progress + "): " + f.Name
 		switch {
-		case strings.Contains(f.Name, "synchronous_commit") && driver == sink.DriverPostgres:
+		case strings.Contains(f.Name, "synchronous_commit") && driver == sqlsink.DriverPostgres:
 			g.Value += "; the sink's decisions and fences set synchronous_commit on in their own transactions"
 			g.Severity, g.Fix = xa.SeverityOK, ""
 		case f.Severity != xa.SeverityOK:
@@ -349,13 +349,13 @@ func progressDurability(progress, driver string, checks []xa.Finding) []xa.Findi
 }
 
 // sinkIdentityFinding checks the sink's bindings as its restore does
-// (sink.Sink.Verify): the progress target is the store its targets are
+// (sqlsink.Sink.Verify): the progress target is the store its targets are
 // bound to, each target the database the progress target recorded.
 func sinkIdentityFinding(ctx context.Context, c *config.Config, sc config.Sink, g *globals) xa.Finding {
 	f := xa.Finding{Name: "identity (bindings)"}
 	cfg := c.SinkConfig(sc)
 	cfg.Logger = g.sinkLogger()
-	s, err := sink.Open(ctx, cfg)
+	s, err := sqlsink.Open(ctx, cfg)
 	if err != nil {
 		f.Value, f.Severity, f.Fix = "could not be checked: "+err.Error(), xa.SeverityFail, "see the participants' findings"
 		return f

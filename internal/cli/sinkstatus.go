@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xadb/xa/internal/config"
-	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/sqlsink"
 	"github.com/xadb/xa/xa"
 )
 
@@ -47,7 +47,7 @@ type sinkBranchView struct {
 
 // newSinkBranchView describes ref, with what restore would do when bs is
 // known (nil: not known).
-func newSinkBranchView(c *config.Config, ref sink.Ref, bs *sink.BranchStatus) sinkBranchView {
+func newSinkBranchView(c *config.Config, ref sqlsink.Ref, bs *sqlsink.BranchStatus) sinkBranchView {
 	v := sinkBranchView{Sink: ref.Sink, XID: ref.XID().String(), Target: ref.Target, Incarnation: ref.Incarnation, Checkpoint: ref.Checkpoint}
 	if ref.External() {
 		m, gen := ref.Member(), ref.Generation()
@@ -58,7 +58,7 @@ func newSinkBranchView(c *config.Config, ref sink.Ref, bs *sink.BranchStatus) si
 	if bs == nil {
 		return v
 	}
-	if p, ok := c.Participant(ref.Target); ok && p.Driver == sink.DriverPostgres {
+	if p, ok := c.Participant(ref.Target); ok && p.Driver == sqlsink.DriverPostgres {
 		// MySQL keeps no prepare time: Status's age is how long this
 		// process has seen the branch.
 		s := int64(bs.Age / time.Second)
@@ -67,13 +67,13 @@ func newSinkBranchView(c *config.Config, ref sink.Ref, bs *sink.BranchStatus) si
 	v.Decision = bs.Decision.String()
 	v.Restore = bs.Action.String()
 	v.Why = bs.Why
-	if bs.Action == sink.ActLeave && !ref.External() && bs.Decision == sink.NoDecision {
+	if bs.Action == sqlsink.ActLeave && !ref.External() && bs.Decision == sqlsink.NoDecision {
 		v.Why += fmt.Sprintf("; fenced once older than the %s restore grace", time.Duration(sc.RestoreGrace))
 		if v.AgeSeconds == nil {
 			v.Why += " (MySQL keeps no prepare time: by a running instance's clock, from when it first lists it)"
 		}
 	}
-	v.Stuck = bs.Action == sink.ActLeave && ref.External()
+	v.Stuck = bs.Action == sqlsink.ActLeave && ref.External()
 	return v
 }
 
@@ -235,8 +235,8 @@ func readSinkStatus(ctx context.Context, c *config.Config, sc config.Sink, g *gl
 		Identity: []string{}, Removed: []string{}}
 	cfg := c.SinkConfig(sc)
 	cfg.Logger = g.sinkLogger()
-	var st sink.Status
-	s, err := sink.Open(ctx, cfg)
+	var st sqlsink.Status
+	s, err := sqlsink.Open(ctx, cfg)
 	if err == nil {
 		st, err = s.Status(ctx)
 		s.Close()
@@ -248,7 +248,7 @@ func readSinkStatus(ctx context.Context, c *config.Config, sc config.Sink, g *gl
 		} else {
 			v.Errors = append(v.Errors, fmt.Sprintf("the sink's targets could not be read (its prepared branches are not listed): %v", err))
 		}
-		st, err = sink.ReadStatus(ctx, c.ProgressTarget(sc), sc.Name)
+		st, err = sqlsink.ReadStatus(ctx, c.ProgressTarget(sc), sc.Name)
 		if err != nil {
 			return v, fmt.Errorf("sink %s: reading its progress table in %s: %w%s", sc.Name, sc.Progress, err, setupHint(err, sc.Name))
 		}
@@ -269,7 +269,7 @@ func readSinkStatus(ctx context.Context, c *config.Config, sc config.Sink, g *gl
 	if err != nil {
 		v.Errors = append(v.Errors, fmt.Sprintf("the source's ends could not be read (the lag is unknown): %v", err))
 	}
-	rows := map[string]sink.PartitionStatus{}
+	rows := map[string]sqlsink.PartitionStatus{}
 	for _, p := range st.Partitions {
 		rows[p.Partition] = p
 		if _, ok := endsByPart[p.Partition]; !ok {
@@ -307,7 +307,7 @@ func readSinkStatus(ctx context.Context, c *config.Config, sc config.Sink, g *gl
 	}
 	for _, in := range st.Instances {
 		iv := sinkInstanceView{Incarnation: in.Incarnation, Started: timeText(in.Started), Host: in.Host, PID: in.PID, Partitions: in.Partitions}
-		if ref := (sink.Ref{Incarnation: in.Incarnation}); ref.External() {
+		if ref := (sqlsink.Ref{Incarnation: in.Incarnation}); ref.External() {
 			m, gen := ref.Member(), ref.Generation()
 			iv.Member, iv.Generation = &m, &gen
 		}

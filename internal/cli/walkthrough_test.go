@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/xadb/xa/recovery/filelog"
-	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/sink/gensource"
+	"github.com/xadb/xa/sink/sqlsink"
 	"github.com/xadb/xa/xa"
 )
 
@@ -79,7 +79,7 @@ func testSinkDecidedCommit(t *testing.T) {
 	e.runWith(cfg, "recover", "--dry-run", "-o", "json").want(t, 0).json(t, &out)
 	for _, c := range []struct {
 		participant string
-		ref         sink.Ref
+		ref         sqlsink.Ref
 	}{{myName, my}, {pgName, pg}} {
 		if b := findSinkBranch(t, out, c.participant, c.ref); b.Decision != "decided commit" || b.Restore != "commit" {
 			t.Errorf("recover shows %s as %+v, want decided commit, restore: commit", c.ref, b)

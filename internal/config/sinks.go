@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/sqlsink"
 )
 
 // Sink is one exactly-once sink (package sink): a source, the participants
@@ -96,7 +97,7 @@ type SinkTable struct {
 	Target string `yaml:"target"`
 	// Name is "table" or "schema.table".
 	Name string `yaml:"name"`
-	// Columns maps each column to where its value comes from (sink.Column
+	// Columns maps each column to where its value comes from (sqlsink.Column
 	// From): key, partition, position, time, $ (the whole value as JSON
 	// text), or a JSON path into the value ($.a.b[0].c).
 	Columns map[string]string `yaml:"columns"`
@@ -176,11 +177,11 @@ func (c *Config) validateSinks() []error {
 	groups := map[string]string{} // Kafka group -> the first sink using it
 	for i, s := range c.Sinks {
 		where := fmt.Sprintf("sinks[%d]", i)
-		switch err := sink.ValidateName(s.Name); {
+		switch err := sqlsink.ValidateName(s.Name); {
 		case s.Name == "":
 			errs = append(errs, fmt.Errorf("%s: name is empty", where))
 		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: name %q: 1 to %d characters from A-Z a-z 0-9 _ - (it goes into the sink's XIDs)", where, s.Name, sink.MaxNameLen))
+			errs = append(errs, fmt.Errorf("%s: name %q: 1 to %d characters from A-Z a-z 0-9 _ - (it goes into the sink's XIDs)", where, s.Name, sqlsink.MaxNameLen))
 		case seen[s.Name]:
 			errs = append(errs, fmt.Errorf("%s: name %q used twice", where, s.Name))
 		}
@@ -328,11 +329,11 @@ func (c *Config) validateSinkTargets(where string, s Sink) []error {
 			errs = append(errs, fmt.Errorf("%s: targets: %q twice", where, t))
 		case !ok:
 			errs = append(errs, fmt.Errorf("%s: targets: %q is not a configured participant (participants: %s)", where, t, c.participantNames()))
-		case sink.ValidateTarget(t) != nil:
-			errs = append(errs, fmt.Errorf("%s: targets: participant name %q cannot name a sink's target: 1 to %d characters from A-Z a-z 0-9 _ - . (it is the branch qualifier of the sink's XIDs)", where, t, sink.MaxTargetLen))
+		case sqlsink.ValidateTarget(t) != nil:
+			errs = append(errs, fmt.Errorf("%s: targets: participant name %q cannot name a sink's target: 1 to %d characters from A-Z a-z 0-9 _ - . (it is the branch qualifier of the sink's XIDs)", where, t, sqlsink.MaxTargetLen))
 		default:
 			if !sinkDriver(p.Driver) {
-				errs = append(errs, fmt.Errorf("%s: targets: participant %q is a %s participant; a sink writes to %s and %s", where, t, p.Driver, sink.DriverMySQL, sink.DriverPostgres))
+				errs = append(errs, fmt.Errorf("%s: targets: participant %q is a %s participant; a sink writes to %s and %s", where, t, p.Driver, sqlsink.DriverMySQL, sqlsink.DriverPostgres))
 			}
 		}
 		seen[t] = true
@@ -346,7 +347,7 @@ func (c *Config) validateSinkTargets(where string, s Sink) []error {
 // sinkDriver reports whether a participant's driver is one a sink writes
 // to.
 func sinkDriver(driver string) bool {
-	return driver == sink.DriverMySQL || driver == sink.DriverPostgres
+	return driver == sqlsink.DriverMySQL || driver == sqlsink.DriverPostgres
 }
 
 // validateSinkTables checks the tables and their column mappings.
@@ -384,12 +385,12 @@ func validateSinkTables(where string, s Sink) []error {
 		if len(t.Columns) == 0 {
 			bad("columns: none (column: where its value comes from)")
 		}
-		for _, col := range sink.ColumnsFromMap(t.Columns) {
+		for _, col := range sqlsink.ColumnsFromMap(t.Columns) {
 			if col.Name == "" {
 				bad("columns: a column without a name")
 				continue
 			}
-			if _, err := sink.JSONMapping([]sink.Table{{Name: t.Name, Columns: []sink.Column{col}}}); err != nil {
+			if _, err := sqlsink.JSONMapping([]sqlsink.Table{{Name: t.Name, Columns: []sqlsink.Column{col}}}); err != nil {
 				bad("column %s: from %q: %v (want key, partition, position, time, $ or a JSON path such as $.a.b[0])", col.Name, col.From, unwrapConfig(err, col.Name))
 			}
 		}
@@ -460,42 +461,42 @@ func (c *Config) SinkNames() []string {
 
 // SinkTargets returns the sink's targets as the sink package takes them:
 // each participant's name, driver, DSN and pool size.
-func (c *Config) SinkTargets(s Sink) []sink.TargetConfig {
-	var out []sink.TargetConfig
+func (c *Config) SinkTargets(s Sink) []sqlsink.TargetConfig {
+	var out []sqlsink.TargetConfig
 	for _, name := range s.Targets {
 		p, _ := c.Participant(name)
-		out = append(out, sink.TargetConfig{Name: p.Name, Driver: p.Driver, DSN: p.DSN, MaxConns: p.MaxConns})
+		out = append(out, sqlsink.TargetConfig{Name: p.Name, Driver: p.Driver, DSN: p.DSN, MaxConns: p.MaxConns})
 	}
 	return out
 }
 
 // ProgressTarget returns the target holding the sink's bookkeeping
 // tables.
-func (c *Config) ProgressTarget(s Sink) sink.TargetConfig {
+func (c *Config) ProgressTarget(s Sink) sqlsink.TargetConfig {
 	for _, t := range c.SinkTargets(s) {
 		if t.Name == s.Progress {
 			return t
 		}
 	}
-	return sink.TargetConfig{}
+	return sqlsink.TargetConfig{}
 }
 
 // SinkTables returns the sink's tables as the sink package takes them.
 // Each table's ID is "target/name", so that tables of the same name on
 // two targets stay apart.
-func (s Sink) SinkTables() []sink.Table {
-	var out []sink.Table
+func (s Sink) SinkTables() []sqlsink.Table {
+	var out []sqlsink.Table
 	for _, t := range s.Tables {
-		out = append(out, sink.Table{ID: t.Target + "/" + t.Name, Target: t.Target, Name: t.Name,
-			Columns: sink.ColumnsFromMap(t.Columns), Upsert: t.Mode == ModeUpsert, Key: slices.Clone(t.Key)})
+		out = append(out, sqlsink.Table{ID: t.Target + "/" + t.Name, Target: t.Target, Name: t.Name,
+			Columns: sqlsink.ColumnsFromMap(t.Columns), Upsert: t.Mode == ModeUpsert, Key: slices.Clone(t.Key)})
 	}
 	return out
 }
 
 // SinkConfig returns the sink package's configuration of s (Map nil: the
 // tables' column mappings).
-func (c *Config) SinkConfig(s Sink) sink.Config {
-	return sink.Config{Name: s.Name, Targets: c.SinkTargets(s), Progress: s.Progress, Tables: s.SinkTables(),
+func (c *Config) SinkConfig(s Sink) sqlsink.Config {
+	return sqlsink.Config{Name: s.Name, Targets: c.SinkTargets(s), Progress: s.Progress, Tables: s.SinkTables(),
 		RestoreGrace: time.Duration(s.RestoreGrace)}
 }
 

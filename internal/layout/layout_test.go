@@ -2,8 +2,10 @@
 // go list, so that a wrong import fails the build's tests, not a review.
 //
 //   - product: what users and operators run or import (xa, the drivers,
-//     recovery and its decision log, metrics, sink, xactl and its
-//     configuration);
+//     recovery and its decision log, metrics, the sink, xactl and its
+//     configuration); within it, the sink's rooms: its contracts and
+//     their drivers (sink), the SQL sink (sink/sqlsink) and the sources
+//     (sink/*source);
 //   - lab: internal/lab (the demo, the benchmark, crash injection, Pebble),
 //     run by xalab (cmd/xalab);
 //   - test rigs: real servers, in-memory participants, fault proxies
@@ -37,6 +39,19 @@ const lab = "internal/lab"
 
 // product are the product's packages, as go list patterns.
 var product = []string{"xa", "drivers/...", "recovery", "recovery/filelog", "recovery/sqllog", "internal/logdb", "metrics", "otelxa", "sink/...", "internal/cli", "internal/config", "cmd/xactl"}
+
+// The sink's rooms, as database/sql splits its API from its drivers and
+// franz-go its client from its admin API: sinkContracts holds the
+// contracts (Record, Source, Committer, Owner, Restorer) and their
+// drivers (Runner over the checkpoint machine, External); sqlSink
+// implements them over SQL databases; the sources implement Source.
+const (
+	sinkContracts = "sink"
+	sqlSink       = "sink/sqlsink"
+)
+
+// sinkSources are the sources: sink/<kind>source.
+var sinkSources = []string{"sink/kafkasource", "sink/filesource", "sink/gensource"}
 
 // testHelpers are the exported test helpers: test code, importable by
 // other modules, so nothing under internal/.
@@ -278,5 +293,25 @@ func TestHelpersImportNoInternal(t *testing.T) {
 		t.Run(strings.ReplaceAll(p, "/", "_"), func(t *testing.T) {
 			deps(t, p).forbid(t, fmt.Sprintf("exported test helper %s depends on an internal package", p), module+"/internal")
 		})
+	}
+}
+
+// TestSinkContractsImportNoImplementation: the sink's contracts and their
+// drivers depend on the standard library and the protocol core (xa) only:
+// no SQL sink, no source, no driver, no database library.
+func TestSinkContractsImportNoImplementation(t *testing.T) {
+	t.Parallel()
+	g := deps(t, sinkContracts)
+	g.report(t, sinkContracts+" depends on more than the standard library and xa", func(path string) bool {
+		return path != g.root && path != "C" && !g.pkgs[path].Standard && !under(path, module+"/xa")
+	})
+}
+
+// TestSinkSourcesImportNoSQLSink: a source implements the contracts; it
+// knows neither the SQL sink nor a database driver.
+func TestSinkSourcesImportNoSQLSink(t *testing.T) {
+	t.Parallel()
+	for _, p := range sinkSources {
+		deps(t, p).forbid(t, "source "+p+" depends on the SQL sink or a driver", append([]string{module + "/" + sqlSink}, drivers...)...)
 	}
 }

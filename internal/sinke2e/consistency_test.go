@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/sqlsink"
 )
 
 // The checker reads, while the sink runs, the progress table and the rows
@@ -72,13 +72,13 @@ type checker struct {
 	violations []string
 	// seen is each partition's progress row at the last check; floor the
 	// position below which its rows must all be present (strict).
-	seen  map[string]sink.PartitionStatus
+	seen  map[string]sqlsink.PartitionStatus
 	floor map[string]int64
 }
 
 func (r *rig) startChecker(strict bool) *checker {
 	c := &checker{r: r, strict: strict, stopc: make(chan struct{}), done: make(chan struct{}), windows: map[string]int{},
-		seen: map[string]sink.PartitionStatus{}, floor: map[string]int64{}}
+		seen: map[string]sqlsink.PartitionStatus{}, floor: map[string]int64{}}
 	go c.loop()
 	r.t.Cleanup(func() { c.stop() })
 	return c
@@ -166,7 +166,7 @@ func (c *checker) once(ctx context.Context) error {
 		return err
 	}
 	p1 := positionsOf(st1)
-	row := map[string]sink.PartitionStatus{}
+	row := map[string]sqlsink.PartitionStatus{}
 	for _, p := range st1.Partitions {
 		row[p.Partition] = p
 		if prev, ok := c.seen[p.Partition]; ok && (prev.Owner != p.Owner || prev.Checkpoint != p.Checkpoint) {
@@ -174,9 +174,9 @@ func (c *checker) once(ctx context.Context) error {
 		}
 		c.seen[p.Partition] = p
 	}
-	listed := func(target string, match func(sink.Ref) bool) bool {
-		return slices.ContainsFunc(st1.Branches, func(b sink.BranchStatus) bool {
-			return b.Ref.Target == target && b.Decision == sink.DecidedCommit && match(b.Ref)
+	listed := func(target string, match func(sqlsink.Ref) bool) bool {
+		return slices.ContainsFunc(st1.Branches, func(b sqlsink.BranchStatus) bool {
+			return b.Ref.Target == target && b.Decision == sqlsink.DecidedCommit && match(b.Ref)
 		})
 	}
 	var total [2]int64
@@ -213,8 +213,8 @@ func (c *checker) once(ctx context.Context) error {
 				continue
 			}
 			pr := row[p]
-			exact := listed(x.name, func(ref sink.Ref) bool { return ref.Incarnation == pr.Owner && ref.Checkpoint == pr.Checkpoint })
-			anyDecided := listed(x.name, func(sink.Ref) bool { return true })
+			exact := listed(x.name, func(ref sqlsink.Ref) bool { return ref.Incarnation == pr.Owner && ref.Checkpoint == pr.Checkpoint })
+			anyDecided := listed(x.name, func(sqlsink.Ref) bool { return true })
 			switch {
 			case c.strict && hole:
 				c.violate("%s holds %d rows of %s with offsets %d..%d: a hole", x.name, pc.rows, p, pc.min, pc.max)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/sqlsink"
 )
 
 // killRules are the protocol points a worker may be held at before the
@@ -43,7 +43,7 @@ func (r *rig) stage(ctx context.Context, inc uint64) string {
 	}
 	type ck struct {
 		n   int
-		dec sink.Decision
+		dec sqlsink.Decision
 	}
 	cks := map[uint64]*ck{}
 	for _, b := range st.Branches {
@@ -62,11 +62,11 @@ func (r *rig) stage(ctx context.Context, inc uint64) string {
 		var r int
 		var s string
 		switch {
-		case c.dec == sink.DecidedAbort:
+		case c.dec == sqlsink.DecidedAbort:
 			r, s = 1, "aborting: abort marker, branches not yet rolled back"
-		case c.dec == sink.NoDecision && c.n == 1:
+		case c.dec == sqlsink.NoDecision && c.n == 1:
 			r, s = 2, "pre-commit: one branch prepared, undecided"
-		case c.dec == sink.NoDecision:
+		case c.dec == sqlsink.NoDecision:
 			r, s = 3, "pre-commit: both branches prepared, undecided"
 		case c.n == 2:
 			r, s = 4, "decided: decision durable, no branch committed"

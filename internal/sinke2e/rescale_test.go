@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/sqlsink"
 )
 
 // TestRescale: while a producer keeps producing, the sink runs as one
@@ -157,4 +157,4 @@ func sum(m map[string]int64) int64 {
 	return n
 }
 
-var _ sink.Status
+var _ sqlsink.Status

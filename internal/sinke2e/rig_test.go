@@ -5,7 +5,7 @@
 // binary, killed with SIGKILL, stopped with SIGSTOP and restarted, and
 // database servers killed under them. The rows are checked with direct
 // SQL on the tables, against Kafka's end offsets; the progress rows and
-// the prepared branches are read with sink.ReadStatus and Sink.Status
+// the prepared branches are read with sqlsink.ReadStatus and Sink.Status
 // (reads only: the test process never sweeps, commits or rolls back).
 //
 // The workers reach the databases through a proxy of their own that can
@@ -47,7 +47,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xadb/xa/internal/testrig/dbtest"
-	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/sqlsink"
 )
 
 func TestMain(m *testing.M) {
@@ -90,7 +90,7 @@ type rig struct {
 	t        *testing.T
 	name     string
 	my, pg   *dbtest.DB
-	targets  []sink.TargetConfig
+	targets  []sqlsink.TargetConfig
 	progress string
 	kc       *kfake.Cluster
 	brokers  []string
@@ -98,7 +98,7 @@ type rig struct {
 	// spec is the workers' base specification.
 	spec workerSpec
 	// s is the test's own handle on the sink: for Status only.
-	s *sink.Sink
+	s *sqlsink.Sink
 
 	mu    sync.Mutex
 	procs []*proc
@@ -137,9 +137,9 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	r := &rig{t: t, my: o.my, pg: o.pg, progress: o.progress, events: make(chan procEvent, 4096),
 		name:  fmt.Sprintf("e%d-%d", os.Getpid()%100000, sinkSeq.Add(1)),
 		group: fmt.Sprintf("g%d", sinkSeq.Load())}
-	r.targets = []sink.TargetConfig{
-		{Name: tgMy, Driver: sink.DriverMySQL, DSN: r.my.DSN(), MaxConns: 8, Init: true},
-		{Name: tgPg, Driver: sink.DriverPostgres, DSN: r.pg.DSN(), MaxConns: 8, Init: true},
+	r.targets = []sqlsink.TargetConfig{
+		{Name: tgMy, Driver: sqlsink.DriverMySQL, DSN: r.my.DSN(), MaxConns: 8, Init: true},
+		{Name: tgPg, Driver: sqlsink.DriverPostgres, DSN: r.pg.DSN(), MaxConns: 8, Init: true},
 	}
 	ctx := ctxFor(t, time.Minute)
 	if err := r.my.Server.Exec(ctx, r.my.Name,
@@ -151,7 +151,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		"CREATE INDEX ON "+rowsTable+" (p, koff)"); err != nil {
 		t.Fatal(err)
 	}
-	if err := sink.Setup(ctx, r.progressTarget()); err != nil {
+	if err := sqlsink.Setup(ctx, r.progressTarget()); err != nil {
 		t.Fatal(err)
 	}
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(nParts, topic), kfake.GroupMinSessionTimeout(100*time.Millisecond))
@@ -170,7 +170,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		SweepInterval: time.Second, RestoreWait: 2 * time.Second, MaxPollRecords: 500,
 		SessionTimeout: time.Second, RebalanceTimeout: 10 * time.Second, HeartbeatInterval: 100 * time.Millisecond,
 	}
-	r.s, err = sink.Open(ctx, sinkConfig(r.name, r.targets, r.progress))
+	r.s, err = sqlsink.Open(ctx, sinkConfig(r.name, r.targets, r.progress))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,14 +186,14 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	return r
 }
 
-func (r *rig) progressTarget() sink.TargetConfig {
+func (r *rig) progressTarget() sqlsink.TargetConfig {
 	for _, tc := range r.targets {
 		if tc.Name == r.progress {
 			return tc
 		}
 	}
 	r.t.Fatalf("no progress target %q", r.progress)
-	return sink.TargetConfig{}
+	return sqlsink.TargetConfig{}
 }
 
 // ctxFor returns a context that ends after d or with the test.
@@ -642,15 +642,15 @@ func (r *rig) countPg(ctx context.Context, parts bool) (tableCount, error) {
 }
 
 // positions reads the progress table: partition -> committed offset.
-func (r *rig) positions(ctx context.Context) (map[string]int64, sink.Status, error) {
-	st, err := sink.ReadStatus(ctx, r.progressTarget(), r.name)
+func (r *rig) positions(ctx context.Context) (map[string]int64, sqlsink.Status, error) {
+	st, err := sqlsink.ReadStatus(ctx, r.progressTarget(), r.name)
 	if err != nil {
 		return nil, st, err
 	}
 	return positionsOf(st), st, nil
 }
 
-func positionsOf(st sink.Status) map[string]int64 {
+func positionsOf(st sqlsink.Status) map[string]int64 {
 	out := map[string]int64{}
 	for _, p := range st.Partitions {
 		out[p.Partition] = atoi64(p.Position)
@@ -693,7 +693,7 @@ func (r *rig) drain(d time.Duration) {
 	ends := r.endOffsets(ctx)
 	start := time.Now()
 	waitFor(r.t, d, "the sink to reach the end offsets", func() bool { return r.caughtUp(ctx, ends) })
-	var left []sink.BranchStatus
+	var left []sqlsink.BranchStatus
 	deadline := time.Now().Add(d)
 	for {
 		st, err := r.s.Status(ctx)

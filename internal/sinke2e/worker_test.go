@@ -25,6 +25,7 @@ import (
 
 	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/sink/kafkasource"
+	"github.com/xadb/xa/sink/sqlsink"
 )
 
 // The worker is this test binary started as a child process (workerEnv
@@ -54,7 +55,7 @@ const workerEnv = "XA_SINKE2E_WORKER"
 // workerSpec configures a worker.
 type workerSpec struct {
 	Sink     string
-	Targets  []sink.TargetConfig
+	Targets  []sqlsink.TargetConfig
 	Progress string
 	Brokers  []string
 	Group    string
@@ -193,7 +194,7 @@ func runWorker(specJSON string) int {
 	cfg.RestoreGrace, cfg.RestoreWait = spec.RestoreGrace, spec.RestoreWait
 	cfg.Logger = slog.New(slog.NewTextHandler(prefixWriter{o, "log"}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
-	s, err := sink.Open(octx, cfg)
+	s, err := sqlsink.Open(octx, cfg)
 	ocancel()
 	if err != nil {
 		o.say("exit error open: %s", oneLine(err))
@@ -321,7 +322,7 @@ func (hp *hookProxy) hold() {
 
 // route starts a proxy for target tc (when a rule or delay names it) and
 // returns the DSN that goes through it.
-func (hp *hookProxy) route(tc sink.TargetConfig) (string, error) {
+func (hp *hookProxy) route(tc sqlsink.TargetConfig) (string, error) {
 	used := hp.rule != nil && hp.rule.Target == tc.Name
 	for _, d := range hp.delays {
 		used = used || d.Target == tc.Name
@@ -331,7 +332,7 @@ func (hp *hookProxy) route(tc sink.TargetConfig) (string, error) {
 	}
 	var addr string
 	var rewrite func(proxy string) string
-	if tc.Driver == sink.DriverMySQL {
+	if tc.Driver == sqlsink.DriverMySQL {
 		c, err := mysql.ParseDSN(tc.DSN)
 		if err != nil {
 			return "", err
@@ -437,7 +438,7 @@ func (hp *hookProxy) serverToClient(s, c net.Conn, holdReply *atomic.Bool) {
 // mapRecord maps a record (value {"id": n, "v": "..."}) to a row of the
 // rows table in each target: the key, the partition, the offset and the
 // payload.
-func mapRecord(r sink.Record) ([]sink.Row, error) {
+func mapRecord(r sink.Record) ([]sqlsink.Row, error) {
 	var v struct {
 		ID int64  `json:"id"`
 		V  string `json:"v"`
@@ -449,7 +450,7 @@ func mapRecord(r sink.Record) ([]sink.Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []sink.Row{
+	return []sqlsink.Row{
 		{Table: "my", Values: []any{v.ID, r.Partition, next - 1, v.V}},
 		{Table: "pg", Values: []any{v.ID, r.Partition, next - 1, v.V}},
 	}, nil
@@ -457,16 +458,16 @@ func mapRecord(r sink.Record) ([]sink.Row, error) {
 
 // sinkConfig is the sink's configuration, the same in the workers and in
 // the test process (which opens it only to read its status).
-func sinkConfig(name string, targets []sink.TargetConfig, progress string) sink.Config {
-	cols := []sink.Column{{Name: "k"}, {Name: "p"}, {Name: "koff"}, {Name: "v"}}
-	return sink.Config{
+func sinkConfig(name string, targets []sqlsink.TargetConfig, progress string) sqlsink.Config {
+	cols := []sqlsink.Column{{Name: "k"}, {Name: "p"}, {Name: "koff"}, {Name: "v"}}
+	return sqlsink.Config{
 		Name:           name,
-		Targets:        append([]sink.TargetConfig(nil), targets...),
+		Targets:        append([]sqlsink.TargetConfig(nil), targets...),
 		Progress:       progress,
 		Map:            mapRecord,
 		Phase2Attempts: 3,
 		Phase2Timeout:  2 * time.Second,
-		Tables: []sink.Table{
+		Tables: []sqlsink.Table{
 			{ID: "my", Target: tgMy, Name: rowsTable, Columns: cols},
 			{ID: "pg", Target: tgPg, Name: rowsTable, Columns: cols},
 		},

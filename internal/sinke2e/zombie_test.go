@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/sqlsink"
 )
 
 // TestZombie: worker A is stopped with SIGSTOP in the middle of a
@@ -86,7 +86,7 @@ func zombie(t *testing.T, rule hookRule, freeze bool) {
 		if err != nil || incB == 0 || len(st.Partitions) != nParts {
 			return false
 		}
-		return !slices.ContainsFunc(st.Partitions, func(p sink.PartitionStatus) bool { return p.Owner != incB })
+		return !slices.ContainsFunc(st.Partitions, func(p sqlsink.PartitionStatus) bool { return p.Owner != incB })
 	})
 	t.Logf("B (incarnation %d) owned every partition %v after A stopped", incB, time.Since(stopped).Round(time.Millisecond))
 	m := r.halt(prod)

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/xadb/xa/internal/lab/stream"
-	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/sqlsink"
 )
 
 // The demo sink's checkpoints: small, so that several commit in the
@@ -203,7 +203,7 @@ func orDash(s string) string {
 // error if there is none (the crash point did not leave what the demo
 // shows).
 func decidedCheckpoint(ctx context.Context, o demoOpts) (uint64, error) {
-	sk, err := sink.Open(ctx, stream.Config(o.mysqlDSN, o.pgDSN))
+	sk, err := sqlsink.Open(ctx, stream.Config(o.mysqlDSN, o.pgDSN))
 	if err != nil {
 		return 0, err
 	}
@@ -213,7 +213,7 @@ func decidedCheckpoint(ctx context.Context, o demoOpts) (uint64, error) {
 		return 0, err
 	}
 	for _, br := range st.Branches {
-		if br.Decision == sink.DecidedCommit {
+		if br.Decision == sqlsink.DecidedCommit {
 			return br.Ref.Checkpoint, nil
 		}
 	}

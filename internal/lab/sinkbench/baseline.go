@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/sink/gensource"
+	"github.com/xadb/xa/sink/sqlsink"
 )
 
 // maxPlaceholders bounds the arguments of one prepared statement (MySQL
@@ -66,7 +66,7 @@ func (w *writer) close() {
 // runWriters loads the records with a writer per partition: batches (or
 // bulk loads) of records, each one transaction per database.
 func (s *Setup) runWriters(ctx context.Context, t Target, m Mode, g gensource.Config) (int, time.Duration, error) {
-	mapFn, err := sink.JSONMapping(tables(t))
+	mapFn, err := sqlsink.JSONMapping(tables(t))
 	if err != nil {
 		return 0, 0, err
 	}

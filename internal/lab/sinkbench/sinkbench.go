@@ -17,7 +17,7 @@
 //	ceiling  what the servers take at most: the batch writer with bulk
 //	         loads of CeilingBatch records (COPY; LOAD DATA LOCAL INFILE)
 //
-// Every mode maps the records to rows with the same sink.JSONMapping, and
+// Every mode maps the records to rows with the same sqlsink.JSONMapping, and
 // loads into an emptied table; a measurement is the time from the first
 // record read to the last one committed, and it is checked: every record
 // is in every target table exactly once. It is used by `xalab bench sink`
@@ -43,6 +43,7 @@ import (
 
 	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/sink/gensource"
+	"github.com/xadb/xa/sink/sqlsink"
 )
 
 // Target says which databases a measurement writes to.
@@ -135,7 +136,7 @@ const (
 
 // columns are the events tables' columns and where the mapping takes them
 // from: gensource's value is {"id":..,"p":..,"seq":..,"v":".."}.
-var columns = []sink.Column{{Name: "id", From: "$.id"}, {Name: "part", From: "partition"}, {Name: "seq", From: "$.seq"}, {Name: "v", From: "$.v"}}
+var columns = []sqlsink.Column{{Name: "id", From: "$.id"}, {Name: "part", From: "partition"}, {Name: "seq", From: "$.seq"}, {Name: "v", From: "$.v"}}
 
 func columnNames() []string {
 	out := make([]string, len(columns))
@@ -191,7 +192,7 @@ func Open(ctx context.Context, cfg Config) (*Setup, error) {
 		return fail(fmt.Errorf("postgres: %w", err))
 	}
 	for _, tc := range s.targets(Both) {
-		if err := sink.Setup(ctx, tc); err != nil {
+		if err := sqlsink.Setup(ctx, tc); err != nil {
 			return fail(err)
 		}
 	}
@@ -210,30 +211,30 @@ func (s *Setup) Config() Config { return s.cfg }
 // targets returns the sink's targets for t; the first holds the
 // bookkeeping (PostgreSQL when both are written: its decision is one
 // statement).
-func (s *Setup) targets(t Target) []sink.TargetConfig {
+func (s *Setup) targets(t Target) []sqlsink.TargetConfig {
 	conns := 4 * s.cfg.Partitions // a writing session and the prepared branches of every instance
-	my := sink.TargetConfig{Name: myTarget, Driver: sink.DriverMySQL, DSN: s.cfg.MySQLDSN, MaxConns: conns, BatchRows: s.cfg.Batch, Init: true}
-	pg := sink.TargetConfig{Name: pgTarget, Driver: sink.DriverPostgres, DSN: s.cfg.PostgresDSN, MaxConns: conns, BatchRows: s.cfg.Batch, Init: true}
+	my := sqlsink.TargetConfig{Name: myTarget, Driver: sqlsink.DriverMySQL, DSN: s.cfg.MySQLDSN, MaxConns: conns, BatchRows: s.cfg.Batch, Init: true}
+	pg := sqlsink.TargetConfig{Name: pgTarget, Driver: sqlsink.DriverPostgres, DSN: s.cfg.PostgresDSN, MaxConns: conns, BatchRows: s.cfg.Batch, Init: true}
 	switch t {
 	case MySQL:
-		return []sink.TargetConfig{my}
+		return []sqlsink.TargetConfig{my}
 	case Postgres:
-		return []sink.TargetConfig{pg}
+		return []sqlsink.TargetConfig{pg}
 	}
-	return []sink.TargetConfig{pg, my}
+	return []sqlsink.TargetConfig{pg, my}
 }
 
 // tables returns the sink's tables for t.
-func tables(t Target) []sink.Table {
-	my := sink.Table{ID: myTable, Target: myTarget, Name: table, Columns: columns}
-	pg := sink.Table{ID: pgTable, Target: pgTarget, Name: table, Columns: columns}
+func tables(t Target) []sqlsink.Table {
+	my := sqlsink.Table{ID: myTable, Target: myTarget, Name: table, Columns: columns}
+	pg := sqlsink.Table{ID: pgTable, Target: pgTarget, Name: table, Columns: columns}
 	switch t {
 	case MySQL:
-		return []sink.Table{my}
+		return []sqlsink.Table{my}
 	case Postgres:
-		return []sink.Table{pg}
+		return []sqlsink.Table{pg}
 	}
-	return []sink.Table{pg, my}
+	return []sqlsink.Table{pg, my}
 }
 
 // records returns the generator of n records.
@@ -377,7 +378,7 @@ func (c *checkpoints) CheckpointDone(s sink.CheckpointStats) {
 func (s *Setup) runSink(ctx context.Context, t Target, g gensource.Config) (int, time.Duration, error) {
 	name := "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	tcs := s.targets(t)
-	sk, err := sink.Open(ctx, sink.Config{Name: name, Targets: tcs, Tables: tables(t), Logger: s.cfg.Logger})
+	sk, err := sqlsink.Open(ctx, sqlsink.Config{Name: name, Targets: tcs, Tables: tables(t), Logger: s.cfg.Logger})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -400,7 +401,7 @@ func (s *Setup) runSink(ctx context.Context, t Target, g gensource.Config) (int,
 	if a := obs.aborted.Load(); a > 0 {
 		return 0, 0, fmt.Errorf("%d checkpoint(s) aborted", a)
 	}
-	st, err := sink.ReadStatus(ctx, tcs[0], name)
+	st, err := sqlsink.ReadStatus(ctx, tcs[0], name)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xadb/xa/internal/lab/bank"
-	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/sink/sqlsink"
 )
 
 // The demo's names.
@@ -116,15 +116,15 @@ func EndOffsets(ctx context.Context, brokers []string) (map[string]int64, error)
 }
 
 // Targets returns the sink's targets.
-func Targets(mysqlDSN, pgDSN string) []sink.TargetConfig {
-	return []sink.TargetConfig{
-		{Name: MySQLTarget, Driver: sink.DriverMySQL, DSN: mysqlDSN, Init: true},
-		{Name: PostgresTarget, Driver: sink.DriverPostgres, DSN: pgDSN, Init: true},
+func Targets(mysqlDSN, pgDSN string) []sqlsink.TargetConfig {
+	return []sqlsink.TargetConfig{
+		{Name: MySQLTarget, Driver: sqlsink.DriverMySQL, DSN: mysqlDSN, Init: true},
+		{Name: PostgresTarget, Driver: sqlsink.DriverPostgres, DSN: pgDSN, Init: true},
 	}
 }
 
 // ProgressTarget returns the target holding the bookkeeping.
-func ProgressTarget(mysqlDSN, pgDSN string) sink.TargetConfig {
+func ProgressTarget(mysqlDSN, pgDSN string) sqlsink.TargetConfig {
 	for _, t := range Targets(mysqlDSN, pgDSN) {
 		if t.Name == Progress {
 			return t
@@ -134,15 +134,15 @@ func ProgressTarget(mysqlDSN, pgDSN string) sink.TargetConfig {
 }
 
 // columns map a record to a row of events.
-var columns = []sink.Column{{Name: "id", From: "$.id"}, {Name: "part", From: "partition"}, {Name: "amount", From: "$.amount"}}
+var columns = []sqlsink.Column{{Name: "id", From: "$.id"}, {Name: "part", From: "partition"}, {Name: "amount", From: "$.amount"}}
 
 // Config returns the sink's configuration.
-func Config(mysqlDSN, pgDSN string) sink.Config {
-	return sink.Config{
+func Config(mysqlDSN, pgDSN string) sqlsink.Config {
+	return sqlsink.Config{
 		Name:     SinkName,
 		Targets:  Targets(mysqlDSN, pgDSN),
 		Progress: Progress,
-		Tables: []sink.Table{
+		Tables: []sqlsink.Table{
 			{ID: "mysql.events", Target: MySQLTarget, Name: Table, Columns: columns},
 			{ID: "postgres.events", Target: PostgresTarget, Name: Table, Columns: columns},
 		},
@@ -182,7 +182,7 @@ func Setup(ctx context.Context, mysqlDSN, pgDSN string) error {
 			return fmt.Errorf("postgres: %w", err)
 		}
 	}
-	if err := sink.Setup(ctx, ProgressTarget(mysqlDSN, pgDSN)); err != nil {
+	if err := sqlsink.Setup(ctx, ProgressTarget(mysqlDSN, pgDSN)); err != nil {
 		return err
 	}
 	for _, q := range []string{"xa_sink_progress", "xa_sink_decisions", "xa_sink_instances", "xa_sink_generations"} {
@@ -191,7 +191,7 @@ func Setup(ctx context.Context, mysqlDSN, pgDSN string) error {
 		}
 	}
 	// Bind the targets to the progress store (xactl sink setup does it).
-	s, err := sink.Open(ctx, Config(mysqlDSN, pgDSN))
+	s, err := sqlsink.Open(ctx, Config(mysqlDSN, pgDSN))
 	if err != nil {
 		return err
 	}
@@ -277,7 +277,7 @@ func Read(ctx context.Context, mysqlDSN, pgDSN string) (State, error) {
 	if err := pg.QueryRow(ctx, "SELECT COUNT(*) FROM pg_prepared_xacts WHERE database = current_database()").Scan(&s.PostgresPrepared); err != nil {
 		return s, fmt.Errorf("postgres: %w", err)
 	}
-	st, err := sink.ReadStatus(ctx, ProgressTarget(mysqlDSN, pgDSN), SinkName)
+	st, err := sqlsink.ReadStatus(ctx, ProgressTarget(mysqlDSN, pgDSN), SinkName)
 	if err != nil {
 		return s, err
 	}

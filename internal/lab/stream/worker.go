@@ -15,6 +15,7 @@ import (
 	"github.com/xadb/xa/internal/lab/crashpoint"
 	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/sink/kafkasource"
+	"github.com/xadb/xa/sink/sqlsink"
 )
 
 // WorkerConfig configures the sink's process.
@@ -77,7 +78,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 	}
 	// What restore does is logged at Info: the demo shows it.
 	scfg.Logger = slog.New(restoreLines{emit: emit, next: log.Handler()})
-	s, err := sink.Open(ctx, scfg)
+	s, err := sqlsink.Open(ctx, scfg)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,350 @@
+package sqlsink
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/xadb/xa/sink"
+)
+
+// Table is one table of a target that the sink writes.
+type Table struct {
+	// ID names the table in Rows; default Name. Unique within the sink.
+	ID string
+	// Target is the name of the target (participant) holding the table.
+	Target string
+	// Name is the table, "table" or "schema.table".
+	Name string
+	// Columns are the columns written, in the order of Row.Values.
+	Columns []Column
+	// Upsert: insert, or update the row with the same Key (MySQL: ON
+	// DUPLICATE KEY UPDATE, PostgreSQL: ON CONFLICT (Key) DO UPDATE).
+	// Otherwise plain INSERT (a duplicate key aborts the checkpoint).
+	Upsert bool
+	// Key lists the columns of the unique key an upsert matches on;
+	// required with Upsert, and every one must be in Columns.
+	Key []string
+}
+
+// Column is one column of a Table and, for the JSON mapping, where its
+// value comes from.
+type Column struct {
+	Name string
+	// From says where the value comes from when the sink maps records
+	// itself (no Config.Map):
+	//   - "key", "partition", "position", "time": the record's key (text),
+	//     partition, position after it (Next) and time;
+	//   - "$": the whole value, as JSON text;
+	//   - a JSON path into the value, starting with "$": "$.a.b[0].c",
+	//     "$[1]". Anything else is refused: a misspelt word above would
+	//     otherwise read as a field that is missing in every record and
+	//     land as NULL. A missing field is NULL. Strings, booleans and null are
+	//     written as such, objects and arrays as JSON text. A number is
+	//     written as an int64 if it is one, else as a float64 if that
+	//     holds it exactly (its shortest decimal form is the same number),
+	//     else as its JSON text: a number is never changed by the mapping.
+	//     The sink then writes each value for its column's type (see
+	//     docs/sink.md, "Values and column types"): a number that is not
+	//     an integer is refused for an integer column, a number in
+	//     exponent form goes to a NUMERIC/DECIMAL column in plain decimal
+	//     notation, and a number goes to a text column as its text.
+	From string
+}
+
+// Row is one row for a table: Values in the order of the table's Columns.
+type Row struct {
+	Table  string
+	Values []any
+}
+
+// MapFunc turns a record into rows (any number, for any tables). An error
+// aborts the checkpoint (see MappingError).
+type MapFunc func(r sink.Record) ([]Row, error)
+
+// ColumnsFromMap returns the columns of a {column: from} mapping (the
+// configuration's form), ordered by column name.
+func ColumnsFromMap(m map[string]string) []Column {
+	cols := make([]Column, 0, len(m))
+	for name, from := range m {
+		cols = append(cols, Column{Name: name, From: from})
+	}
+	slices.SortFunc(cols, func(a, b Column) int { return strings.Compare(a.Name, b.Name) })
+	return cols
+}
+
+// source kinds of a column.
+const (
+	srcPath = iota
+	srcKey
+	srcPartition
+	srcPosition
+	srcTime
+	srcWhole
+)
+
+type step struct {
+	field string
+	index int // -1: a field step
+}
+
+type colSource struct {
+	kind int
+	path []step
+}
+
+// parseFrom compiles a Column.From.
+func parseFrom(from string) (colSource, error) {
+	switch from {
+	case "key":
+		return colSource{kind: srcKey}, nil
+	case "partition":
+		return colSource{kind: srcPartition}, nil
+	case "position":
+		return colSource{kind: srcPosition}, nil
+	case "time":
+		return colSource{kind: srcTime}, nil
+	case "$":
+		return colSource{kind: srcWhole}, nil
+	case "":
+		return colSource{}, errors.New("no source (From is empty)")
+	}
+	p := from
+	if !strings.HasPrefix(p, "$") {
+		return colSource{}, fmt.Errorf("source %q: want key, partition, position, time, $ (the whole value) or a JSON path starting with $ ($.%s)", from, from)
+	}
+	p = p[1:]
+	if !strings.HasPrefix(p, ".") && !strings.HasPrefix(p, "[") {
+		return colSource{}, fmt.Errorf("JSON path %q: want $.field or $[index] after $", from)
+	}
+	p = strings.TrimPrefix(p, ".")
+	var steps []step
+	for p != "" {
+		if p[0] == '[' {
+			end := strings.IndexByte(p, ']')
+			if end < 0 {
+				return colSource{}, fmt.Errorf("JSON path %q: unclosed [", from)
+			}
+			n, err := strconv.Atoi(p[1:end])
+			if err != nil || n < 0 || (end > 2 && p[1] == '0') {
+				return colSource{}, fmt.Errorf("JSON path %q: index %q is not a non-negative integer", from, p[1:end])
+			}
+			steps = append(steps, step{index: n})
+			p = p[end+1:]
+			if strings.HasPrefix(p, ".") {
+				p = p[1:]
+				if p == "" || p[0] == '.' || p[0] == '[' {
+					return colSource{}, fmt.Errorf("JSON path %q: empty field name", from)
+				}
+			} else if p != "" && p[0] != '[' {
+				return colSource{}, fmt.Errorf("JSON path %q: want . or [ after ]", from)
+			}
+			continue
+		}
+		end := strings.IndexAny(p, ".[")
+		if end < 0 {
+			end = len(p)
+		}
+		if end == 0 {
+			return colSource{}, fmt.Errorf("JSON path %q: empty field name", from)
+		}
+		if strings.ContainsRune(p[:end], ']') {
+			return colSource{}, fmt.Errorf("JSON path %q: ] without [", from)
+		}
+		steps = append(steps, step{field: p[:end], index: -1})
+		p = p[end:]
+		if strings.HasPrefix(p, ".") {
+			p = p[1:]
+			if p == "" || p[0] == '.' || p[0] == '[' {
+				return colSource{}, fmt.Errorf("JSON path %q: empty field name", from)
+			}
+		}
+	}
+	if len(steps) == 0 {
+		return colSource{}, fmt.Errorf("JSON path %q: empty", from)
+	}
+	return colSource{kind: srcPath, path: steps}, nil
+}
+
+// value returns the column's value for r; doc is r.Value decoded, or nil
+// when no column needs it.
+func (c colSource) value(r *sink.Record, doc any) (any, error) {
+	switch c.kind {
+	case srcKey:
+		if r.Key == nil {
+			return nil, nil
+		}
+		return string(r.Key), nil
+	case srcPartition:
+		return r.Partition, nil
+	case srcPosition:
+		return r.Next, nil
+	case srcTime:
+		if r.Time.IsZero() {
+			return nil, nil
+		}
+		return r.Time, nil
+	case srcWhole:
+		return string(bytes.TrimSpace(r.Value)), nil
+	}
+	v := doc
+	for _, s := range c.path {
+		switch x := v.(type) {
+		case map[string]any:
+			if s.index >= 0 {
+				return nil, nil
+			}
+			v = x[s.field]
+		case []any:
+			if s.index < 0 || s.index >= len(x) {
+				return nil, nil
+			}
+			v = x[s.index]
+		default:
+			return nil, nil
+		}
+	}
+	return jsonValue(v)
+}
+
+// jsonValue converts a decoded JSON value to what is written to a column.
+func jsonValue(v any) (any, error) {
+	switch x := v.(type) {
+	case nil, string, bool:
+		return x, nil
+	case json.Number:
+		return jsonNumber(string(x)), nil
+	default:
+		b, err := json.Marshal(x)
+		if err != nil {
+			return nil, err
+		}
+		return string(b), nil
+	}
+}
+
+// jsonNumber returns a JSON number as an int64 if it is one, else as a
+// float64 if that is the same number (its shortest decimal form has the
+// number's value), else as its JSON text: a value is never changed on the
+// way to the database; table.fit then writes it for its column's type
+// (plain decimal notation for NUMERIC and DECIMAL, exactly; a fraction is
+// refused for an integer column).
+func jsonNumber(text string) any {
+	if i, err := strconv.ParseInt(text, 10, 64); err == nil {
+		return i
+	}
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil {
+		return text // beyond float64's range
+	}
+	short := strconv.FormatFloat(f, 'g', -1, 64)
+	if short == text {
+		return f
+	}
+	want, ok1 := new(big.Rat).SetString(text)
+	have, ok2 := new(big.Rat).SetString(short)
+	if ok1 && ok2 && want.Cmp(have) == 0 {
+		return f
+	}
+	return text
+}
+
+// JSONMapping returns the MapFunc of the tables' column mappings: every
+// record gives one row to every table, each column's value taken from
+// Column.From.
+func JSONMapping(tables []Table) (MapFunc, error) {
+	type tab struct {
+		id   string
+		srcs []colSource
+	}
+	var tabs []tab
+	needDoc := false
+	for _, t := range tables {
+		tb := tab{id: t.id()}
+		for _, c := range t.Columns {
+			s, err := parseFrom(c.From)
+			if err != nil {
+				return nil, fmt.Errorf("%w: table %s column %s: %v", sink.ErrConfig, t.id(), c.Name, err)
+			}
+			needDoc = needDoc || s.kind == srcPath
+			tb.srcs = append(tb.srcs, s)
+		}
+		tabs = append(tabs, tb)
+	}
+	return func(r sink.Record) ([]Row, error) {
+		var doc any
+		if needDoc {
+			d := json.NewDecoder(bytes.NewReader(r.Value))
+			d.UseNumber()
+			if err := d.Decode(&doc); err != nil {
+				return nil, fmt.Errorf("value is not JSON: %w", err)
+			}
+			if d.More() {
+				return nil, errors.New("value holds more than one JSON value")
+			}
+		}
+		rows := make([]Row, len(tabs))
+		for i, t := range tabs {
+			vals := make([]any, len(t.srcs))
+			for j, s := range t.srcs {
+				v, err := s.value(&r, doc)
+				if err != nil {
+					return nil, fmt.Errorf("table %s column %d: %w", t.id, j+1, err)
+				}
+				vals[j] = v
+			}
+			rows[i] = Row{Table: t.id, Values: vals}
+		}
+		return rows, nil
+	}, nil
+}
+
+func (t Table) id() string {
+	if t.ID != "" {
+		return t.ID
+	}
+	return t.Name
+}
+
+// validate checks a table's definition.
+func (t Table) validate() error {
+	if t.Name == "" {
+		return fmt.Errorf("%w: a table has no name", sink.ErrConfig)
+	}
+	parts := strings.Split(t.Name, ".")
+	if len(parts) > 2 || slices.Contains(parts, "") {
+		return fmt.Errorf("%w: table %q: want table or schema.table", sink.ErrConfig, t.Name)
+	}
+	if len(t.Columns) == 0 {
+		return fmt.Errorf("%w: table %s has no columns", sink.ErrConfig, t.id())
+	}
+	seen := map[string]bool{}
+	for _, c := range t.Columns {
+		if c.Name == "" {
+			return fmt.Errorf("%w: table %s: a column has no name", sink.ErrConfig, t.id())
+		}
+		if seen[c.Name] {
+			return fmt.Errorf("%w: table %s: column %s twice", sink.ErrConfig, t.id(), c.Name)
+		}
+		seen[c.Name] = true
+	}
+	if t.Upsert && len(t.Key) == 0 {
+		return fmt.Errorf("%w: table %s: upsert needs its key columns (Key)", sink.ErrConfig, t.id())
+	}
+	keys := map[string]bool{}
+	for _, k := range t.Key {
+		if !seen[k] {
+			return fmt.Errorf("%w: table %s: key column %s is not among its columns", sink.ErrConfig, t.id(), k)
+		}
+		if keys[k] {
+			return fmt.Errorf("%w: table %s: key column %s twice", sink.ErrConfig, t.id(), k)
+		}
+		keys[k] = true
+	}
+	return nil
+}

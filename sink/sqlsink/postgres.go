@@ -1,0 +1,118 @@
+package sqlsink
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	xapg "github.com/xadb/xa/drivers/postgres"
+	"github.com/xadb/xa/xa"
+)
+
+// postgresDialect is PostgreSQL: rows go out as COPY (insert) or batched
+// multi-row INSERT ... ON CONFLICT in one pipeline (upsert) on the
+// branch's session (drivers/postgres); the bookkeeping is kept on a pgx
+// pool of its own (pgStore).
+type postgresDialect struct{}
+
+// pgUpsertChunk is the row count of PostgreSQL's batched upserts;
+// remainders go in power-of-two chunks so that few distinct statements
+// are prepared.
+const pgUpsertChunk = 256
+
+func (postgresDialect) compile(tb Table) statements {
+	cols := make([]string, len(tb.Columns))
+	for i, c := range tb.Columns {
+		cols[i] = pgx.Identifier{c.Name}.Sanitize()
+	}
+	ident := strings.Split(tb.Name, ".")
+	st := statements{insert: "INSERT INTO " + pgx.Identifier(ident).Sanitize() + " (" + strings.Join(cols, ",") + ") VALUES ", ident: ident}
+	if tb.Upsert {
+		keys := make([]string, len(tb.Key))
+		for i, k := range tb.Key {
+			keys[i] = pgx.Identifier{k}.Sanitize()
+		}
+		var set []string
+		for _, c := range tb.Columns {
+			if !slices.Contains(tb.Key, c.Name) {
+				id := pgx.Identifier{c.Name}.Sanitize()
+				set = append(set, id+" = EXCLUDED."+id)
+			}
+		}
+		st.conflict = " ON CONFLICT (" + strings.Join(keys, ",") + ") DO NOTHING"
+		if len(set) > 0 {
+			st.conflict = " ON CONFLICT (" + strings.Join(keys, ",") + ") DO UPDATE SET " + strings.Join(set, ", ")
+		}
+	}
+	return st
+}
+
+func (postgresDialect) writer(b xa.Branch) (rowWriter, error) {
+	c, ok := b.Session().(*xapg.Conn)
+	if !ok {
+		return nil, fmt.Errorf("sink: a %s branch with a session of type %T", DriverPostgres, b.Session())
+	}
+	return pgWriter{c: c}, nil
+}
+
+func (postgresDialect) open(ctx context.Context, c TargetConfig) (store, error) {
+	return openPgStore(ctx, c)
+}
+
+// pgWriter writes a branch's rows on its PostgreSQL session.
+type pgWriter struct{ c *xapg.Conn }
+
+// write copies rows (insert) or sends batched multi-row INSERT ... ON
+// CONFLICT statements in one pipeline (upsert).
+func (w pgWriter) write(ctx context.Context, tb *table, rows [][]any) error {
+	if !tb.Upsert {
+		if _, err := w.c.CopyFrom(ctx, pgx.Identifier(tb.sql.ident), tb.columnNames(), pgx.CopyFromRows(rows)); err != nil {
+			return fmt.Errorf("sink: copying %d rows to %s on %s: %w", len(rows), tb.Name, tb.Target, err)
+		}
+		return nil
+	}
+	cols := len(tb.Columns)
+	chunk := max(1, min(pgUpsertChunk, maxPlaceholders/cols))
+	batch := &pgx.Batch{}
+	for len(rows) > 0 {
+		n := chunk
+		for n > len(rows) {
+			n /= 2
+		}
+		var sb strings.Builder
+		sb.WriteString(tb.sql.insert)
+		args := make([]any, 0, n*cols)
+		for i := 0; i < n; i++ {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			sb.WriteByte('(')
+			for j := 0; j < cols; j++ {
+				if j > 0 {
+					sb.WriteByte(',')
+				}
+				fmt.Fprintf(&sb, "$%d", i*cols+j+1)
+			}
+			sb.WriteByte(')')
+			args = append(args, rows[i]...)
+		}
+		sb.WriteString(tb.sql.conflict)
+		batch.Queue(sb.String(), args...)
+		rows = rows[n:]
+	}
+	br := w.c.SendBatch(ctx, batch)
+	var err error
+	for i := 0; i < batch.Len() && err == nil; i++ {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sink: upserting rows to %s on %s: %w", tb.Name, tb.Target, err)
+	}
+	return nil
+}
