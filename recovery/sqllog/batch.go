@@ -368,8 +368,93 @@ ins AS (INSERT INTO xa_log_decisions (log_id, gid, kind, epoch, logged_us, begun
 del AS (DELETE FROM xa_log_decisions WHERE log_id = $1 AND gid = ANY(ARRAY(SELECT json_array_elements_text($5::json))) AND kind = 'C')
 SELECT (SELECT count(*) FROM f), (SELECT now FROM t), (SELECT sc FROM t), COALESCE((SELECT json_agg(gid) FROM ins)::text, '[]')`
 
+// pgBatchArrays is pgBatch with the records passed as typed arrays, one
+// per column, in the driver's binary format ($3 global ids, $6 begun, $7
+// deadlines, $8 logged, $9 the records; $5 the forgets): no JSON to
+// build, base64-encode, parse and decode. It answers how many records it
+// inserted; when some were refused, the batch reads why (rare).
+const pgBatchArrays = `WITH t AS (SELECT COALESCE($4::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) AS now, ` + syncOnExpr + ` AS sc),
+f AS (SELECT epoch FROM xa_log_logs WHERE log_id = $1 AND epoch = $2 FOR SHARE),
+j AS (SELECT * FROM unnest($3::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bytea[]) AS x(g, b, d, l, r)),
+ins AS (INSERT INTO xa_log_decisions (log_id, gid, kind, epoch, logged_us, begun_us, keep_us, reason, rec)
+	SELECT $1, j.g, 'C', f.epoch, j.l, j.b, 0, '', j.r FROM j, f, t WHERE j.d >= t.now
+	ON CONFLICT (log_id, gid) DO NOTHING RETURNING 1),
+del AS (DELETE FROM xa_log_decisions WHERE log_id = $1 AND gid = ANY($5::text[]) AND kind = 'C')
+SELECT (SELECT count(*) FROM f), (SELECT now FROM t), (SELECT sc FROM t), (SELECT count(*) FROM ins)`
+
+// writePostgresArrays is writePostgres with typed arrays (pgBatchArrays),
+// for drivers that pass Go slices as PostgreSQL arrays (pgx's).
+func (b *batcher) writePostgresArrays(ctx context.Context, epoch int64, items []item, forgets []string) (outcome, error) {
+	l := b.l
+	out := outcome{inserted: make(map[string]bool, len(items)), kinds: map[string]byte{}}
+	if forgets == nil {
+		forgets = []string{} // an empty array, not NULL
+	}
+	if len(items) == 0 {
+		// Not durable (a forget need not be): no wait for the flush.
+		_, err := l.db.ExecContext(ctx, `WITH d AS (DELETE FROM xa_log_decisions WHERE log_id = $1 AND gid = ANY($2::text[]) AND kind = 'C')
+			SELECT set_config('synchronous_commit', 'off', true)`, l.id, forgets)
+		return out, err
+	}
+	gids := make([]string, len(items))
+	begun := make([]int64, len(items))
+	dls := make([]int64, len(items))
+	logged := make([]int64, len(items))
+	recs := make([][]byte, len(items))
+	for i, it := range items {
+		gids[i], begun[i], dls[i], logged[i], recs[i] = it.G, it.B, it.D, it.L, it.R
+	}
+	var nf, nIns int64
+	var sc string
+	err := l.db.QueryRowContext(ctx, pgBatchArrays, l.id, epoch, gids, l.s.dbNow(), forgets, begun, dls, logged, recs).Scan(&nf, &out.now, &sc, &nIns)
+	if err != nil {
+		if serverRefused(err) {
+			return out, notWritten{err}
+		}
+		return out, err
+	}
+	if nf == 0 {
+		out.fenced = true
+		var cur int64
+		if err := l.db.QueryRowContext(ctx, `SELECT epoch FROM xa_log_logs WHERE log_id = $1`, l.id).Scan(&cur); err == nil {
+			out.epochNow = cur
+		}
+		return out, nil
+	}
+	if int(nIns) == len(items) {
+		for _, g := range gids {
+			out.inserted[g] = true
+		}
+		return out, nil
+	}
+	// Some were refused: by a decision row there (read now, in a new
+	// snapshot that sees rows the insert waited for), or by their
+	// deadline. A commit row is this batch's, or an earlier one of the
+	// same record (a retried LogCommit): logged either way.
+	rows, err := l.db.QueryContext(ctx, `SELECT gid, kind FROM xa_log_decisions WHERE log_id = $1 AND gid = ANY($2::text[])`, l.id, gids)
+	if err != nil {
+		return out, fmt.Errorf("sqllog: reading the decisions that refused records: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var g, k string
+		if err := rows.Scan(&g, &k); err != nil {
+			return out, err
+		}
+		if k == "C" {
+			out.inserted[g] = true
+		} else {
+			out.kinds[g] = k[0]
+		}
+	}
+	return out, rows.Err()
+}
+
 func (b *batcher) writePostgres(ctx context.Context, epoch int64, items []item, forgets []string) (outcome, error) {
 	l := b.l
+	if l.s.nativeArrays(ctx) {
+		return b.writePostgresArrays(ctx, epoch, items, forgets)
+	}
 	out := outcome{inserted: map[string]bool{}, kinds: map[string]byte{}}
 	if len(items) == 0 {
 		// Not durable (a forget need not be): no wait for the flush.
@@ -699,4 +784,28 @@ func (s *Store) multiStatements(ctx context.Context) bool {
 			"(open it with multiStatements=true, as internal/logdb does)", "err", err)
 	}
 	return ok
+}
+
+// nativeArrays reports whether the PostgreSQL connections' driver passes
+// Go slices ([]string, []int64, [][]byte) as PostgreSQL arrays, as pgx's
+// does (internal/logdb opens the log database with it); it asks once.
+// Other drivers get the batch as JSON.
+func (s *Store) nativeArrays(ctx context.Context) bool {
+	if v := s.arrays.Load(); v != 0 {
+		return v > 0
+	}
+	var n int64
+	err := s.db.QueryRowContext(ctx, `SELECT cardinality($1::text[]) + cardinality($2::bigint[]) + cardinality($3::bytea[])`,
+		[]string{"a", "b"}, []int64{1}, [][]byte{{0, 1}, {}}).Scan(&n)
+	if err != nil || n != 5 {
+		if ctx.Err() != nil {
+			return false // ask again next time
+		}
+		s.arrays.Store(-1)
+		s.opts.Logger.Info("the PostgreSQL log database's driver does not pass Go slices as arrays: group-commit batches are sent as JSON "+
+			"(open it with pgx, as internal/logdb does)", "err", err)
+		return false
+	}
+	s.arrays.Store(1)
+	return true
 }

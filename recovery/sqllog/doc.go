@@ -100,9 +100,23 @@
 // statements sent together (the connection must allow several statements
 // per query: internal/logdb sets multiStatements; without it a batch takes
 // five round trips), so that the server runs it whole whatever the client
-// does meanwhile. Forgets ride along with the next batch, or go in a batch
-// of their own after 20 ms (not waiting for a flush); until then reads
-// leave their records out.
+// does meanwhile. On PostgreSQL the records go as typed arrays, one per
+// column, when the driver passes Go slices as arrays (pgx does), else as
+// JSON; on MySQL as JSON (JSON_TABLE). Forgets ride along with the next
+// batch, or go in a batch of their own after 20 ms (not waiting for a
+// flush); until then reads leave their records out.
+//
+// Several batches in flight (Options.Pipeline) keep every guarantee,
+// because no batch relies on another: each takes the shared lock on the
+// log's row at its epoch in its own statement or transaction, so a
+// takeover's update of the epoch waits for all of them and refuses every
+// one that comes after it; each checks its own records' deadlines and
+// meets abort rows through the primary key, whichever commits first; a
+// forget is queued only after its LogCommit returned, so it rides in a
+// batch sent after the one that wrote its record committed; and the same
+// global id in two batches (a LogCommit retried) is inserted once, the
+// other waiting for it and reading the commit row. What they do not
+// keep is batch size: the callers in flight are shared among them.
 //
 // # Requirements
 //

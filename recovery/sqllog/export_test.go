@@ -1,5 +1,7 @@
 package sqllog
 
+import "context"
+
 // Abandon stops l's lease renewal and group commit without releasing the
 // lease, as if its process had been killed: the lease expires by the
 // database's clock.
@@ -19,3 +21,10 @@ func Abandon(l *Log) {
 // SetOffset sets l's measured clock offset (µs), for the test that shows
 // what happens without it.
 func SetOffset(l *Log, us int64) { l.offset.Store(us) }
+
+// SendJSON makes s send PostgreSQL batches as JSON, as with a driver that
+// does not pass Go slices as arrays.
+func SendJSON(s *Store) { s.arrays.Store(-1) }
+
+// NativeArrays reports whether s sends PostgreSQL batches as typed arrays.
+func NativeArrays(ctx context.Context, s *Store) bool { return s.nativeArrays(ctx) }

@@ -65,9 +65,26 @@ func expire(t *testing.T, db *sql.DB, d sqllog.Dialect, l *sqllog.Log) {
 // (Options.DBNow) and the node's; a reopen is Close and Open (a new
 // epoch); a takeover expires the lease in the database and takes it over
 // from another store, as a live node does.
+//
+// PostgreSQL runs it twice: with the batches as typed arrays (pgx, as
+// internal/logdb opens the database) and as JSON (a driver that does
+// not pass Go slices as arrays).
 func TestConformance(t *testing.T) {
-	for _, kind := range kinds {
-		t.Run(kind, func(t *testing.T) {
+	type variant struct {
+		name, kind string
+		json       bool // PostgreSQL batches as JSON
+	}
+	variants := []variant{{logdb.Postgres, logdb.Postgres, false}, {logdb.Postgres + "-json", logdb.Postgres, true}, {logdb.MySQL, logdb.MySQL, false}}
+	for _, v := range variants {
+		kind := v.kind
+		newStore := func(t *testing.T, db *sql.DB, d sqllog.Dialect, opts sqllog.Options) *sqllog.Store {
+			s := newStore(t, db, d, opts)
+			if v.json {
+				sqllog.SendJSON(s)
+			}
+			return s
+		}
+		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
 			type opened struct {
 				db *sql.DB
@@ -117,3 +134,13 @@ func TestConformance(t *testing.T) {
 }
 
 func nowOf(l *sqllog.Log) func() time.Time { return l.Store().Options().DBNow }
+
+// TestPostgresBatchesAsArrays: the log database opened as xactl opens it
+// (pgx) gets its group-commit batches as typed arrays, not JSON.
+func TestPostgresBatchesAsArrays(t *testing.T) {
+	db, d, _ := newDB(t, logdb.Postgres)
+	s := newStore(t, db, d, sqllog.Options{})
+	if !sqllog.NativeArrays(context.Background(), s) {
+		t.Fatal("pgx's connections do not take Go slices as PostgreSQL arrays: batches would go as JSON")
+	}
+}

@@ -133,6 +133,9 @@ type Store struct {
 	// multi: whether MySQL connections run several statements per query
 	// (0 unknown, 1 yes, -1 no).
 	multi atomic.Int32
+	// arrays: whether the driver passes Go slices as PostgreSQL arrays
+	// (0 not asked yet, 1 yes, -1 no).
+	arrays atomic.Int32
 }
 
 // NewStore returns the store in db, whose SQL dialect is d. db must be
