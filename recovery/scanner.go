@@ -17,6 +17,12 @@
 //     first. A coordinator that lost the race aborts; one that won has its
 //     branches committed. The outcome never depends on clocks.
 //
+// What is done with each branch is Judge's verdict (judge.go), a pure
+// function of what the scan read about it (Facts); a resolution by hand
+// (Resolve) is measured against the same verdict (Contradiction). The
+// scan's phases, in order: readLog, readStores, groupServers, listServer
+// (judging and acting on each branch), forgetRecords, forgetAborts.
+//
 // It never touches another application's branches. It is idempotent and
 // safe to run while transaction managers run and while other scanners run.
 //
