@@ -81,103 +81,23 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 	if opts.Participant != "" && s.participant(opts.Participant) == nil {
 		return res, fmt.Errorf("recovery: resolve: participant %q is not configured", opts.Participant)
 	}
-
+	st, err := s.resolveStores(ctx, opts.Participant)
+	if err != nil {
+		return res, err
+	}
 	// The decision, read before the listing (as a scan does).
 	ref, ours := xa.ParseOwned(x)
 	var rec xa.CommitRecord
 	var aborted bool
-	st := &scanState{records: map[string]xa.CommitRecord{}, aborts: map[string]xa.AbortRecord{},
-		inStore: map[string]DecisionStore{}, stores: map[string]DecisionStore{}, fenced: map[string]error{}, unfit: map[string]error{}}
-	// Nothing is done on, or read from, a store that is not the one the
-	// log recorded under its name, forced or not.
-	ids, err := s.checkIdentities(ctx)
+	if ours {
+		if rec, res.Logged, aborted, err = s.lookup(ctx, st, ref.ID); err != nil {
+			return res, err
+		}
+	}
+	h, err := s.holder(ctx, st, x, opts.Participant)
 	if err != nil {
 		return res, err
 	}
-	for name, err := range ids.tables {
-		st.unfit[name] = err
-	}
-	for name, err := range ids.participants {
-		st.unfit[name] = err
-	}
-	if err := ids.participants[opts.Participant]; err != nil {
-		return res, fmt.Errorf("recovery: resolve: refusing to act on participant %q: %w", opts.Participant, err)
-	}
-	for _, rm := range s.cfg.Participants {
-		if ds, ok := store(rm); ok && st.unfit[rm.Name()] == nil {
-			st.stores[rm.Name()] = ds
-		}
-	}
-	if ours {
-		rec, res.Logged, err = s.cfg.Log.Lookup(ctx, ref.ID)
-		if err != nil {
-			return res, fmt.Errorf("recovery: reading the decision log: %w", err)
-		}
-		for name, ds := range st.stores {
-			if res.Logged {
-				break
-			}
-			if rec, res.Logged, err = ds.Decision(ctx, ref.ID); err != nil {
-				return res, fmt.Errorf("recovery: reading the decisions stored in %s: %w", name, err)
-			}
-		}
-		if _, aborted, err = s.cfg.Log.LookupAbort(ctx, ref.ID); err != nil {
-			return res, fmt.Errorf("recovery: reading the decision log: %w", err)
-		}
-	}
-
-	// Who holds it? Participants on one server are one holder.
-	type holder struct {
-		rm   xa.ResourceManager
-		key  string
-		prep xa.PreparedBranch
-	}
-	var holders []holder
-	var errs []error
-	var unfit []error
-	for _, rm := range s.cfg.Participants {
-		if opts.Participant != "" && rm.Name() != opts.Participant {
-			continue
-		}
-		if err := ids.participants[rm.Name()]; err != nil {
-			unfit = append(unfit, err)
-			continue
-		}
-		key := ""
-		if sh, ok := rm.(SharedServer); ok {
-			if k, err := sh.ServerKey(ctx); err == nil {
-				key = k
-			}
-		}
-		if key != "" && slices.ContainsFunc(holders, func(h holder) bool { return h.key == key }) {
-			continue // listed through another participant of the same server
-		}
-		list, err := rm.Recover(ctx)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("listing %s: %w", rm.Name(), err))
-			continue
-		}
-		for _, p := range list {
-			if p.XID.Equal(x) {
-				holders = append(holders, holder{rm: rm, key: key, prep: p})
-				break
-			}
-		}
-	}
-	switch {
-	case len(holders) == 0 && len(unfit) > 0:
-		return res, fmt.Errorf("recovery: resolve: %s is not prepared on any participant that is the store the decision log recorded; "+
-			"participants not looked at: %w", x, errors.Join(unfit...))
-	case len(holders) == 0:
-		return res, fmt.Errorf("%w: %s (already resolved? see xactl list)%s", ErrNotPrepared, x, joinErrs(errs))
-	case len(holders) > 1:
-		names := make([]string, len(holders))
-		for i, h := range holders {
-			names[i] = h.rm.Name()
-		}
-		return res, fmt.Errorf("%w: %s is prepared on %s: name one", ErrAmbiguous, x, strings.Join(names, " and "))
-	}
-	h := holders[0]
 	res.Participant = h.rm.Name()
 	var from xa.Origin
 	for _, br := range rec.Branches {
@@ -187,61 +107,9 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 		}
 	}
 
-	// Is it a contradiction?
-	if !ours {
-		res.Contradiction = "it is not a branch of this transaction manager (the decision log knows nothing of it)"
-	} else {
-		a, known := h.prep.Age(s.cfg.Now())
-		delegations, err := s.cfg.Log.Delegations(ctx)
-		if err != nil {
-			return res, fmt.Errorf("recovery: reading the decision log's delegations: %w", err)
-		}
-		var missing []string
-		for _, d := range delegations {
-			if st.stores[d.Participant] == nil {
-				if err := st.unfit[d.Participant]; err != nil {
-					missing = append(missing, fmt.Sprintf("%s (%v)", d.Participant, err))
-					continue
-				}
-				missing = append(missing, d.Participant)
-			}
-		}
-		hs, err := s.cfg.Log.Heuristics(ctx)
-		if err != nil {
-			return res, fmt.Errorf("recovery: reading the decision log's heuristic records: %w", err)
-		}
-		var handCommit *xa.HeuristicRecord
-		for i, hr := range hs {
-			if bytes.Equal(hr.XID.Gtrid, x.Gtrid) && hr.Action == xa.OutcomeCommit && !hr.XID.Equal(x) {
-				handCommit = &hs[i]
-			}
-		}
-		switch {
-		case action == xa.OutcomeCommit && aborted:
-			res.Contradiction = "an abort is recorded for its transaction (presumed abort): its other branches are rolled back"
-		case action == xa.OutcomeCommit && !res.Logged:
-			res.Contradiction = s.noCommitReason(ref, handCommit, a, known)
-		case action == xa.OutcomeRollback && res.Logged:
-			res.Contradiction = "a commit is logged for its transaction: recovery will commit it"
-		case action == xa.OutcomeRollback && aborted:
-			// Fenced already: rolling back is what recovery does.
-		case action == xa.OutcomeRollback && ref.Log != s.ident.ID:
-			res.Contradiction = fmt.Sprintf("it belongs to decision log %s, not to this one (%s): its commit may be logged there", logName(ref.Log), s.ident.ID)
-		case action == xa.OutcomeRollback && s.predates(ref.ID.Begun):
-			res.Contradiction = "it began before this decision log was created: its commit may be logged in an earlier log"
-		case action == xa.OutcomeRollback && (!known || a <= s.cfg.Grace):
-			res.Contradiction = fmt.Sprintf("it is %s old, inside the %v grace period: its coordinator may still commit it", ageText(a, known), s.cfg.Grace)
-		case action == xa.OutcomeRollback && len(missing) > 0:
-			res.Contradiction = fmt.Sprintf("the decision log delegated decisions to %s, not configured here (or not the recorded table): its commit may be stored there", strings.Join(missing, ", "))
-		}
-		if res.Contradiction == "" {
-			for _, hr := range hs {
-				if bytes.Equal(hr.XID.Gtrid, x.Gtrid) && hr.Action != action {
-					res.Contradiction = fmt.Sprintf("branch %s on %s of the same transaction was resolved by hand with %s: the outcome would be mixed", hr.XID, hr.RM, hr.Action)
-					break
-				}
-			}
-		}
+	// Is it a contradiction? The scan's judgement says.
+	if res.Contradiction, err = s.contradiction(ctx, st, x, ref, ours, h.prep, res.Participant, rec, res.Logged, aborted, action); err != nil {
+		return res, err
 	}
 	if res.Contradiction != "" && !opts.Force {
 		return res, fmt.Errorf("%w: refusing to %s %s: %s", ErrContradiction, verb(action), x, res.Contradiction)
@@ -254,30 +122,8 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 	// rollback claims what it can when a delegated decision table is not
 	// configured here (the operator overrides that contradiction).
 	if ours && ref.Log == s.ident.ID && action == xa.OutcomeRollback && !res.Logged && !aborted {
-		b := &Branch{Participant: res.Participant, Prepared: h.prep, ID: ref.ID, Log: ref.Log}
-		b.Age, _ = h.prep.Age(s.cfg.Now())
-		_, committed, err := s.takeFence(ctx, st, b, opts.Force)
-		switch {
-		case committed:
-			res.Logged = true
-			return res, fmt.Errorf("%w: refusing to roll back %s: its coordinator just recorded a commit; recovery will commit it", ErrContradiction, x)
-		case err != nil:
+		if err := s.resolveFence(ctx, st, &res, h, ref, opts.Force); err != nil {
 			return res, err
-		}
-		res.Fenced = true
-		// The listing is older than the fence: the coordinator may have
-		// finished the transaction in between (committed every branch
-		// and forgotten its record before the abort was recorded). Then
-		// the abort record is inert and there is nothing to roll back;
-		// saying "rolled back" would be false.
-		listed, err := stillListed(ctx, h.rm, x)
-		switch {
-		case err != nil:
-			return res, fmt.Errorf("recovery: the abort of %s is recorded, but listing %s again failed (nothing rolled back yet; run it again): %w",
-				x, res.Participant, err)
-		case !listed:
-			return res, fmt.Errorf("%w: %s finished before the abort was recorded (its coordinator committed or rolled it back): nothing rolled back",
-				ErrNotPrepared, x)
 		}
 	}
 
@@ -329,24 +175,183 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 	return res, nil
 }
 
-// noCommitReason says why committing a branch whose transaction has no
-// commit decision here contradicts the log, as the scanner would judge
-// the branch.
-func (s *Scanner) noCommitReason(ref xa.BranchRef, hand *xa.HeuristicRecord, age time.Duration, known bool) string {
-	switch {
-	case ref.Log != s.ident.ID:
-		return fmt.Sprintf("no commit is logged for it here: it belongs to decision log %s (node %s), not to this one (%s); "+
-			"its decision, if any, is in that log: resolve it with that log", logName(ref.Log), ref.ID.Node, s.ident.ID)
-	case s.predates(ref.ID.Begun):
-		return "no commit is logged for it in this log, and it began before this log was created: its decision, if any, is in an earlier log"
-	case hand != nil:
-		return fmt.Sprintf("no commit is logged for its transaction, but branch %s on %s of it was committed by hand: "+
-			"committing this one too matches that (recovery leaves it prepared, blocked, until then)", hand.XID, hand.RM)
-	case !known || age <= s.cfg.Grace:
-		return fmt.Sprintf("no commit is logged for its transaction yet: it is %s old, inside the %v grace period, and its coordinator "+
-			"may still decide either way (recovery waits; see xactl list)", ageText(age, known), s.cfg.Grace)
+// resolveStores compares the stores with the log's identity records, as a
+// scan does: nothing is done on, or read from, a store that is not the one
+// the log recorded under its name, forced or not. It refuses a named
+// participant that is not.
+func (s *Scanner) resolveStores(ctx context.Context, participant string) (*scanState, error) {
+	st := newScanState(false)
+	ids, err := s.checkIdentities(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return "no commit is logged for its transaction: presumed abort says roll it back"
+	st.ids = ids
+	for name, err := range ids.tables {
+		st.unfit[name] = err
+	}
+	for name, err := range ids.participants {
+		st.unfit[name] = err
+	}
+	if err := ids.participants[participant]; err != nil {
+		return nil, fmt.Errorf("recovery: resolve: refusing to act on participant %q: %w", participant, err)
+	}
+	for _, rm := range s.cfg.Participants {
+		if ds, ok := store(rm); ok && st.unfit[rm.Name()] == nil {
+			st.stores[rm.Name()] = ds
+		}
+	}
+	return st, nil
+}
+
+// lookup reads the decisions of id: a commit decision in the log or in a
+// decision store, and an abort record.
+func (s *Scanner) lookup(ctx context.Context, st *scanState, id xa.GlobalID) (rec xa.CommitRecord, logged, aborted bool, err error) {
+	rec, logged, err = s.cfg.Log.Lookup(ctx, id)
+	if err != nil {
+		return rec, false, false, fmt.Errorf("recovery: reading the decision log: %w", err)
+	}
+	for name, ds := range st.stores {
+		if logged {
+			break
+		}
+		if rec, logged, err = ds.Decision(ctx, id); err != nil {
+			return rec, false, false, fmt.Errorf("recovery: reading the decisions stored in %s: %w", name, err)
+		}
+	}
+	if _, aborted, err = s.cfg.Log.LookupAbort(ctx, id); err != nil {
+		return rec, logged, false, fmt.Errorf("recovery: reading the decision log: %w", err)
+	}
+	return rec, logged, aborted, nil
+}
+
+// holder is a participant that lists a branch as prepared.
+type holder struct {
+	rm   xa.ResourceManager
+	key  string
+	prep xa.PreparedBranch
+}
+
+// holder finds the one participant (or server: participants on one server
+// are one holder) that lists x as prepared, among the recorded stores.
+func (s *Scanner) holder(ctx context.Context, st *scanState, x xa.XID, participant string) (holder, error) {
+	var holders []holder
+	var errs []error
+	var unfit []error
+	for _, rm := range s.cfg.Participants {
+		if participant != "" && rm.Name() != participant {
+			continue
+		}
+		if err := st.ids.participants[rm.Name()]; err != nil {
+			unfit = append(unfit, err)
+			continue
+		}
+		key := ""
+		if sh, ok := rm.(SharedServer); ok {
+			if k, err := sh.ServerKey(ctx); err == nil {
+				key = k
+			}
+		}
+		if key != "" && slices.ContainsFunc(holders, func(h holder) bool { return h.key == key }) {
+			continue // listed through another participant of the same server
+		}
+		list, err := rm.Recover(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing %s: %w", rm.Name(), err))
+			continue
+		}
+		for _, p := range list {
+			if p.XID.Equal(x) {
+				holders = append(holders, holder{rm: rm, key: key, prep: p})
+				break
+			}
+		}
+	}
+	switch {
+	case len(holders) == 0 && len(unfit) > 0:
+		return holder{}, fmt.Errorf("recovery: resolve: %s is not prepared on any participant that is the store the decision log recorded; "+
+			"participants not looked at: %w", x, errors.Join(unfit...))
+	case len(holders) == 0:
+		return holder{}, fmt.Errorf("%w: %s (already resolved? see xactl list)%s", ErrNotPrepared, x, joinErrs(errs))
+	case len(holders) > 1:
+		names := make([]string, len(holders))
+		for i, h := range holders {
+			names[i] = h.rm.Name()
+		}
+		return holder{}, fmt.Errorf("%w: %s is prepared on %s: name one", ErrAmbiguous, x, strings.Join(names, " and "))
+	}
+	return holders[0], nil
+}
+
+// contradiction gathers the facts of the branch x, prepared as prep on
+// participant, and says how action goes against the scan's judgement of
+// it (Contradiction). Unlike a scan, it takes no lease into account: the
+// fence decides a race, as in a scan.
+func (s *Scanner) contradiction(ctx context.Context, st *scanState, x xa.XID, ref xa.BranchRef, ours bool, prep xa.PreparedBranch,
+	participant string, rec xa.CommitRecord, logged, aborted bool, action xa.Outcome) (string, error) {
+	if !ours {
+		return Contradiction(Facts{}, action, nil), nil
+	}
+	age, known := prep.Age(s.cfg.Now())
+	f := s.facts(st, ref, ours, age, known)
+	// Delegations are read again, after the listing.
+	delegations, err := s.cfg.Log.Delegations(ctx)
+	if err != nil {
+		return "", fmt.Errorf("recovery: reading the decision log's delegations: %w", err)
+	}
+	for _, d := range delegations {
+		f.Delegated = append(f.Delegated, s.delegatedTable(st, d.Participant, nil))
+	}
+	hs, err := s.cfg.Log.Heuristics(ctx)
+	if err != nil {
+		return "", fmt.Errorf("recovery: reading the decision log's heuristic records: %w", err)
+	}
+	var byHand []xa.HeuristicRecord
+	for i, hr := range hs {
+		if !bytes.Equal(hr.XID.Gtrid, x.Gtrid) {
+			continue
+		}
+		byHand = append(byHand, hr)
+		if hr.Action == xa.OutcomeCommit && !hr.XID.Equal(x) {
+			f.HandCommit = &hs[i]
+		}
+	}
+	f.Committed, f.Aborted = logged, aborted
+	f.Lists = slices.ContainsFunc(rec.Branches, func(br xa.BranchRecord) bool { return br.RM == participant && br.XID.Equal(x) })
+	f.Mismatched = st.ids.participants[participant]
+	return Contradiction(f, action, byHand), nil
+}
+
+// resolveFence takes the fence for the rollback of h's undecided branch
+// (forced: claiming what can be claimed), and checks that the branch is
+// still prepared after it.
+func (s *Scanner) resolveFence(ctx context.Context, st *scanState, res *Resolution, h holder, ref xa.BranchRef, forced bool) error {
+	x := res.XID
+	b := &Branch{Participant: res.Participant, Prepared: h.prep, ID: ref.ID, Log: ref.Log}
+	b.Age, _ = h.prep.Age(s.cfg.Now())
+	_, committed, err := s.takeFence(ctx, st, b, forced)
+	switch {
+	case committed:
+		res.Logged = true
+		return fmt.Errorf("%w: refusing to roll back %s: its coordinator just recorded a commit; recovery will commit it", ErrContradiction, x)
+	case err != nil:
+		return err
+	}
+	res.Fenced = true
+	// The listing is older than the fence: the coordinator may have
+	// finished the transaction in between (committed every branch and
+	// forgotten its record before the abort was recorded). Then the abort
+	// record is inert and there is nothing to roll back; saying "rolled
+	// back" would be false.
+	listed, err := stillListed(ctx, h.rm, x)
+	switch {
+	case err != nil:
+		return fmt.Errorf("recovery: the abort of %s is recorded, but listing %s again failed (nothing rolled back yet; run it again): %w",
+			x, res.Participant, err)
+	case !listed:
+		return fmt.Errorf("%w: %s finished before the abort was recorded (its coordinator committed or rolled it back): nothing rolled back",
+			ErrNotPrepared, x)
+	}
+	return nil
 }
 
 // sharesServer reports whether the participant named name is rm or lists

@@ -17,6 +17,12 @@
 //     first. A coordinator that lost the race aborts; one that won has its
 //     branches committed. The outcome never depends on clocks.
 //
+// What is done with each branch is Judge's verdict (judge.go), a pure
+// function of what the scan read about it (Facts); a resolution by hand
+// (Resolve) is measured against the same verdict (Contradiction). The
+// scan's phases, in order: readLog, readStores, groupServers, listServer
+// (judging and acting on each branch), forgetRecords, forgetAborts.
+//
 // It never touches another application's branches. It is idempotent and
 // safe to run while transaction managers run and while other scanners run.
 //
@@ -46,81 +52,6 @@ import (
 
 	"github.com/xadb/xa/xa"
 )
-
-// DecisionStore is implemented by participants that keep commit decisions
-// in their own database: a branch there took the decision as the last
-// resource (xa.LastResource), committing it together with its own work.
-// The scanner reads those decisions as it reads the log, and forgets them
-// the same way.
-type DecisionStore interface {
-	// Decisions returns every stored decision.
-	Decisions(ctx context.Context) ([]xa.CommitRecord, error)
-	// Decision returns the stored decision of id, if any.
-	Decision(ctx context.Context, id xa.GlobalID) (xa.CommitRecord, bool, error)
-	// ForgetDecisions deletes the stored decisions of ids.
-	ForgetDecisions(ctx context.Context, ids []xa.GlobalID) error
-
-	// ClaimAbort fences a last-resource commit of id before recovery
-	// presumes abort: it stores an abort marker under id's key, in the
-	// same table and under the same unique key as a commit decision. A
-	// commit of id still in flight on the server makes it wait until that
-	// commit ends. nil: the abort is claimed (now, or by an earlier call),
-	// and no commit of id can be stored any more. An error matching
-	// xa.ErrCommitRecorded: the commit won; the decision is stored. Any
-	// other error: nothing is known, nothing may be rolled back.
-	ClaimAbort(ctx context.Context, id xa.GlobalID, reason string) error
-	// ForgetAborts deletes abort markers stored more than retention ago
-	// by the database's clock, and returns how many.
-	ForgetAborts(ctx context.Context, retention time.Duration) (int, error)
-}
-
-// SharedServer is implemented by participants whose recover listing covers
-// a whole server, beyond their own database (MySQL and MariaDB: XA RECOVER
-// lists every branch of the server). Participants with equal ServerKeys
-// list the same branches: the scanner attributes each branch to the one
-// participant its commit record (or, without one, the first configured)
-// names, and acts on it once.
-type SharedServer interface {
-	// ServerKey identifies the server, the same for every participant
-	// connected to it and stable while it runs.
-	ServerKey(ctx context.Context) (string, error)
-}
-
-// GhostCounter is implemented by resource managers whose database can hold
-// prepared transactions that its recover listing does not show (MariaDB,
-// fact 7). While it reports any, no record that names the participant is
-// forgotten: the ghost may be one of its branches, and it comes back as
-// prepared after a server restart.
-type GhostCounter interface {
-	UnlistedPrepared(ctx context.Context) (int, error)
-}
-
-// Config configures a Scanner.
-type Config struct {
-	// Participants are the databases to scan, by their stable names.
-	Participants []xa.ResourceManager
-	// Log holds the commit decisions, and takes the abort records of
-	// presumed aborts. A read-only log (filelog.Snapshot) serves Plan.
-	Log xa.RecoveryLog
-	// Nodes are the transaction-manager nodes whose branches this scanner
-	// resolves; default: the log's node. Branches of other nodes are
-	// reported, never touched.
-	Nodes []string
-	// Grace: a branch with no decision is presumed aborted only once it is
-	// older than this. The log's grace (LogIdentity.Grace) is the default
-	// and the minimum: a shorter value is ignored.
-	Grace time.Duration
-	// Unreachable names participants that are configured but could not be
-	// opened, with why: reports say so instead of "not configured".
-	Unreachable map[string]error
-	// Logger receives a line per action; nil discards.
-	Logger *slog.Logger
-	// Now returns the time; nil means time.Now.
-	Now func() time.Time
-	// Tracer, if set, records a span per scan (SpanScan; package otelxa
-	// for OpenTelemetry). nil: none.
-	Tracer xa.Tracer
-}
 
 // Scanner resolves in-doubt branches. It is safe for concurrent use.
 type Scanner struct {
@@ -175,134 +106,6 @@ func (s *Scanner) Grace() time.Duration { return s.cfg.Grace }
 // Identity returns the identity of the scanner's decision log.
 func (s *Scanner) Identity() xa.LogIdentity { return s.ident }
 
-// Verdict is what recovery does (or would do) with a branch.
-type Verdict int
-
-const (
-	// Commit: a commit decision exists; the branch is committed.
-	Commit Verdict = 1 + iota
-	// Rollback: presumed abort (or an abort is recorded): the branch is
-	// rolled back.
-	Rollback
-	// Wait: no decision yet, younger than the grace period: its
-	// coordinator may still be deciding.
-	Wait
-	// Foreign: not ours (another application or transaction manager).
-	Foreign
-	// OtherNode: ours, but owned by a node this scanner does not serve.
-	OtherNode
-	// Anomaly: a record exists but does not list this branch: reported,
-	// not touched.
-	Anomaly
-	// OtherLog: ours, with no decision here, and its XID names another
-	// decision log (or none): its decision may be there. Left alone.
-	OtherLog
-	// Predates: ours, no decision, but it began before this log was
-	// created: its decision may be in a log that no longer exists here.
-	// Left alone.
-	Predates
-	// Blocked: presumed abort is due, but a participant this log delegated
-	// decisions to is not configured or did not answer: the decision may
-	// be there. Left alone until it answers.
-	Blocked
-)
-
-var verdictNames = [...]string{"", "commit", "rollback", "wait", "foreign", "other-node", "anomaly", "other-log", "predates-log", "blocked"}
-
-func (v Verdict) String() string {
-	if v <= 0 || int(v) >= len(verdictNames) {
-		return "Verdict(invalid)"
-	}
-	return verdictNames[v]
-}
-
-// Branch is one prepared branch found by a scan and what became of it.
-type Branch struct {
-	Participant string
-	Prepared    xa.PreparedBranch
-	ID          xa.GlobalID // zero for foreign branches
-	Log         xa.LogID    // the decision log the XID names; zero if none
-	Age         time.Duration
-	AgeKnown    bool
-	Logged      bool // a commit decision exists
-	AbortLogged bool // an abort record exists
-	Verdict     Verdict
-	// Reason says why a branch is left alone (Wait, OtherLog, Predates,
-	// Blocked, Anomaly), for operators.
-	Reason string
-	// Done: the action was carried out (false in a dry run, for Wait,
-	// Foreign, OtherNode and Anomaly, and when Err is set).
-	Done bool
-	// Err: the action failed; a retryable error means "later".
-	Err error
-}
-
-// Report is the outcome of one scan.
-type Report struct {
-	// Participants that could be listed.
-	Participants []string
-	// Unlisted: configured participants that could not be listed, and
-	// why. Nothing is known about their branches.
-	Unlisted map[string]error
-	// Mismatched: configured participants, or their decision tables, that
-	// answered as another store than the one the decision log recorded
-	// under their name, or as none (an *xa.IdentityError says which was
-	// expected, which answered, and the fix). Nothing on them was acted
-	// on, no record naming them was forgotten, and presumed abort waits
-	// for a decision table that is not the recorded one. An anomaly for
-	// the operator: xactl exits 3.
-	Mismatched map[string]error
-	Branches   []Branch
-	// Forgotten records: every branch of them is resolved.
-	Forgotten []xa.GlobalID
-	// Kept records that could have been forgotten but for a reason
-	// (ghost prepared transactions, a participant that did not answer).
-	Kept []KeptRecord
-	// Aborted: transactions whose abort this scan recorded (presumed
-	// abort) and whose branches it then rolled back. A transaction that
-	// turned out to have finished between the listing and the abort record
-	// is not counted: its abort record is inert (nothing of it is left to
-	// decide) and is forgotten after its retention.
-	Aborted []xa.GlobalID
-	// ForgottenAborts: abort records dropped (no branch left, retention
-	// passed).
-	ForgottenAborts []xa.GlobalID
-	// Errors that stopped part of the scan (a participant that could not
-	// be listed, a log that could not be read).
-	Errors []error
-}
-
-// KeptRecord is a commit record left in the log, and why.
-type KeptRecord struct {
-	ID     xa.GlobalID
-	Reason string
-	// Unseen: some branch of the record is on a participant this scan
-	// could not see (not configured, or not listed), so it may still be
-	// in doubt there. False when the only reason is MariaDB's count of
-	// prepared transactions it does not list, which errs on the side of
-	// keeping (its snapshot can be stale).
-	Unseen bool
-}
-
-// InDoubt counts the branches of ours left unresolved after the scan
-// (waiting, failed, blocked or anomalous). Branches of other logs and
-// older than the log count too: they are in doubt, only not for this
-// scanner to resolve.
-func (r Report) InDoubt() int {
-	n := 0
-	for _, b := range r.Branches {
-		switch b.Verdict {
-		case Commit, Rollback:
-			if !b.Done {
-				n++
-			}
-		case Wait, Anomaly, OtherLog, Predates, Blocked:
-			n++
-		}
-	}
-	return n
-}
-
 // Plan reports what Scan would do, without doing it.
 func (s *Scanner) Plan(ctx context.Context) (Report, error) { return s.traced(ctx, true) }
 
@@ -342,18 +145,34 @@ func (sv *server) has(name string) bool {
 
 // scanState is what one scan has learned.
 type scanState struct {
-	dry     bool
-	records map[string]xa.CommitRecord // by global id text: the log's and the stores'
-	aborts  map[string]xa.AbortRecord
-	inStore map[string]DecisionStore // global id text -> the store holding its decision
-	stores  map[string]DecisionStore // configured decision stores, by participant name
-	// unfit: participants and decision tables that are not the stores the
-	// log recorded (see identities), by participant name, with why.
-	unfit    map[string]error
-	blocked  string             // why nothing may be presumed aborted, "" if it may
-	serverOf map[string]*server // participant name -> its listing
-	fenced   map[string]error   // global id text -> outcome of taking the fence this scan
-	aborted  []xa.GlobalID      // abort records this scan wrote
+	dry bool
+	// recs are the decisions read before the listing: the log's, then
+	// the decision stores'; records has them by global id text.
+	recs    []xa.CommitRecord
+	records map[string]xa.CommitRecord
+	// abortRecs are the log's abort records; aborts has them by id text.
+	abortRecs []xa.AbortRecord
+	aborts    map[string]xa.AbortRecord
+	inStore   map[string]DecisionStore // global id text -> the store holding its decision
+	stores    map[string]DecisionStore // configured decision stores, by participant name
+	// ids: the identities compared with the log's records; unfit:
+	// participants and decision tables that are not the stores the log
+	// recorded, by participant name, with why.
+	ids   identities
+	unfit map[string]error
+	// delegated: the decision tables the log delegated to, as found.
+	delegated []Delegated
+	servers   []*server          // one listing each
+	serverOf  map[string]*server // participant name -> its listing
+	// What the listings found: branches of ours by server and XID, their
+	// transactions, the servers that answered, and their counts of
+	// prepared transactions they do not list (-1: unknown).
+	listed    map[listedKey]bool
+	listedIDs map[string]bool
+	answered  map[*server]bool
+	ghosts    map[*server]int
+	fenced    map[string]error // global id text -> outcome of taking the fence this scan
+	aborted   []xa.GlobalID    // abort records this scan wrote
 	// handCommits are the branches committed by hand (forced, heuristic
 	// records), by their gtrid: their transactions are not presumed
 	// aborted.
@@ -365,57 +184,93 @@ type scanState struct {
 	lease leaseView
 }
 
+type listedKey struct {
+	server *server
+	xid    string
+}
+
+func newScanState(dry bool) *scanState {
+	return &scanState{dry: dry, records: map[string]xa.CommitRecord{}, aborts: map[string]xa.AbortRecord{},
+		inStore: map[string]DecisionStore{}, stores: map[string]DecisionStore{}, serverOf: map[string]*server{},
+		fenced: map[string]error{}, rolledBack: map[string]bool{}, vanished: map[string]bool{}, unfit: map[string]error{},
+		listed: map[listedKey]bool{}, listedIDs: map[string]bool{}, answered: map[*server]bool{}, ghosts: map[*server]int{}}
+}
+
+// scan runs the phases of one scan: read the decisions (before the
+// listing), group the participants by server, list each server and judge
+// and act on its branches, then forget what is done.
 func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	var rep Report
-	st := &scanState{dry: dry, records: map[string]xa.CommitRecord{}, aborts: map[string]xa.AbortRecord{},
-		inStore: map[string]DecisionStore{}, stores: map[string]DecisionStore{}, serverOf: map[string]*server{},
-		fenced: map[string]error{}, rolledBack: map[string]bool{}, vanished: map[string]bool{}, unfit: map[string]error{}}
-	// Read the decisions BEFORE listing the branches: every branch of a
-	// record read here was prepared before the record was written, so a
-	// listing taken afterwards that lacks it means it is finished.
-	recs, err := s.cfg.Log.Commits(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("recovery: reading the decision log: %w", err)
+	st := newScanState(dry)
+	if err := s.readLog(ctx, st); err != nil {
+		return rep, err
 	}
-	aborts, err := s.cfg.Log.Aborts(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("recovery: reading the decision log's abort records: %w", err)
+	if err := s.readStores(ctx, st, &rep); err != nil {
+		return rep, err
 	}
-	for _, a := range aborts {
+	s.groupServers(ctx, st, &rep)
+	now := s.cfg.Now()
+	for _, sv := range st.servers {
+		s.listServer(ctx, st, sv, now, &rep)
+	}
+	s.forgetRecords(ctx, st, &rep)
+	if !dry {
+		s.forgetAborts(ctx, &rep, st)
+	}
+	// Report the presumed aborts that found something to roll back.
+	for _, id := range st.aborted {
+		if k := id.String(); st.rolledBack[k] || !st.vanished[k] {
+			rep.Aborted = append(rep.Aborted, id)
+		}
+	}
+	return rep, nil
+}
+
+// readLog reads the log's decisions, abort records, lease and heuristic
+// commits. It runs BEFORE the listing: every branch of a record read here
+// was prepared before the record was written, so a listing taken
+// afterwards that lacks it means it is finished.
+func (s *Scanner) readLog(ctx context.Context, st *scanState) error {
+	var err error
+	if st.recs, err = s.cfg.Log.Commits(ctx); err != nil {
+		return fmt.Errorf("recovery: reading the decision log: %w", err)
+	}
+	if st.abortRecs, err = s.cfg.Log.Aborts(ctx); err != nil {
+		return fmt.Errorf("recovery: reading the decision log's abort records: %w", err)
+	}
+	for _, a := range st.abortRecs {
 		st.aborts[a.ID.String()] = a
 	}
 	st.lease = s.presumption(ctx)
-	if st.handCommits, err = s.handCommits(ctx); err != nil {
-		return rep, err
-	}
+	st.handCommits, err = s.handCommits(ctx)
+	return err
+}
+
+// readStores compares the stores with the log's identity records (only
+// the recorded ones are listed and read), reads the decisions the last
+// resources stored, and finds what the delegated decision tables say.
+func (s *Scanner) readStores(ctx context.Context, st *scanState, rep *Report) error {
 	delegations, err := s.cfg.Log.Delegations(ctx)
 	if err != nil {
-		return rep, fmt.Errorf("recovery: reading the decision log's delegations: %w", err)
+		return fmt.Errorf("recovery: reading the decision log's delegations: %w", err)
 	}
-	// Only the stores the log recorded are listed and read.
-	ids, err := s.checkIdentities(ctx)
-	if err != nil {
-		return rep, err
+	if st.ids, err = s.checkIdentities(ctx); err != nil {
+		return err
 	}
-	for name, err := range ids.participants {
+	for name, err := range st.ids.participants {
 		st.unfit[name] = err
 	}
-	for name, err := range ids.tables {
+	for name, err := range st.ids.tables {
 		st.unfit[name] = err
 	}
 	for name, err := range st.unfit {
-		if rep.Mismatched == nil {
-			rep.Mismatched = map[string]error{}
-		}
-		rep.Mismatched[name] = err
-		rep.Errors = append(rep.Errors, err)
-		s.log.Error("participant not acted on: it is not the store the decision log recorded", "rm", name, "err", err)
+		s.mismatched(rep, name, err)
 	}
 	// Decisions taken by last resources live in their databases. A
 	// store this log delegated to that cannot be read may hold the
 	// decision of any branch without a record: nothing is presumed
 	// aborted in this scan then.
-	unread := map[string]bool{}
+	unread := map[string]error{}
 	for _, rm := range s.cfg.Participants {
 		ds, ok := store(rm)
 		if !ok || st.unfit[rm.Name()] != nil {
@@ -425,12 +280,12 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		decs, err := ds.Decisions(ctx)
 		if err != nil {
 			rep.Errors = append(rep.Errors, fmt.Errorf("recovery: reading the decisions stored in %s: %w", rm.Name(), err))
-			unread[rm.Name()] = true
+			unread[rm.Name()] = err
 			continue
 		}
 		for _, r := range decs {
 			st.inStore[r.ID.String()] = ds
-			recs = append(recs, r)
+			st.recs = append(st.recs, r)
 		}
 	}
 	// The decisions just read from the stores may be younger than the
@@ -438,41 +293,63 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	// participant for the first time since): it records a participant
 	// before it prepares there, so the records read now cover every
 	// branch those decisions name.
-	later, err := s.recheckParticipants(ctx, ids)
+	later, err := s.recheckParticipants(ctx, st.ids)
 	if err != nil {
-		return rep, err
+		return err
 	}
 	for name, err := range later {
-		ids.participants[name] = err
+		st.ids.participants[name] = err
 		st.unfit[name] = err
 		delete(st.stores, name)
-		if rep.Mismatched == nil {
-			rep.Mismatched = map[string]error{}
-		}
-		rep.Mismatched[name] = err
-		rep.Errors = append(rep.Errors, err)
-		s.log.Error("participant not acted on: it is not the store the decision log recorded", "rm", name, "err", err)
+		s.mismatched(rep, name, err)
 	}
-	var why []string
 	for _, d := range delegations {
-		switch {
-		case st.stores[d.Participant] == nil:
-			why = append(why, s.undelegated(st, d.Participant))
-		case unread[d.Participant]:
-			why = append(why, fmt.Sprintf("the decision may be in participant %q's decision table, which could not be read", d.Participant))
-		}
+		st.delegated = append(st.delegated, s.delegatedTable(st, d.Participant, unread[d.Participant]))
 	}
-	st.blocked = strings.Join(why, "; ")
-	for _, r := range recs {
+	for _, r := range st.recs {
 		st.records[r.ID.String()] = r
 	}
+	return nil
+}
 
-	// One listing per server: participants on one MySQL server list the
-	// same branches.
-	var servers []*server
+// mismatched reports a participant (or its decision table) that is not the
+// store the log recorded.
+func (s *Scanner) mismatched(rep *Report, name string, err error) {
+	if rep.Mismatched == nil {
+		rep.Mismatched = map[string]error{}
+	}
+	rep.Mismatched[name] = err
+	rep.Errors = append(rep.Errors, err)
+	s.log.Error("participant not acted on: it is not the store the decision log recorded", "rm", name, "err", err)
+}
+
+// delegatedTable says what the scan found of the decision table of the
+// participant name, which the log delegated decisions to; unread: reading
+// its decisions failed.
+func (s *Scanner) delegatedTable(st *scanState, name string, unread error) Delegated {
+	d := Delegated{Participant: name}
+	switch {
+	case st.stores[name] != nil && unread != nil:
+		d.Table, d.Err = TableUnread, unread
+	case st.stores[name] != nil:
+		d.Table = TableReady
+	case st.unfit[name] != nil:
+		d.Table, d.Err = TableMismatched, st.unfit[name]
+	case s.cfg.Unreachable[name] != nil:
+		d.Table, d.Err = TableUnreachable, s.cfg.Unreachable[name]
+	default:
+		d.Table = TableMissing
+	}
+	return d
+}
+
+// groupServers makes one listing per server: participants on one MySQL
+// server list the same branches. Participants that are not the recorded
+// stores are not listed.
+func (s *Scanner) groupServers(ctx context.Context, st *scanState, rep *Report) {
 	byKey := map[string]*server{}
 	for _, rm := range s.cfg.Participants {
-		if err := ids.participants[rm.Name()]; err != nil {
+		if err := st.ids.participants[rm.Name()]; err != nil {
 			if rep.Unlisted == nil {
 				rep.Unlisted = map[string]error{}
 			}
@@ -497,96 +374,120 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		if key != "" {
 			byKey[key] = sv
 		}
-		servers = append(servers, sv)
+		st.servers = append(st.servers, sv)
 		st.serverOf[rm.Name()] = sv
 	}
+}
 
-	type key struct {
-		server *server
-		xid    string
+// listServer lists sv's prepared branches, judges each and, unless the
+// scan is dry, acts on it; then counts the prepared transactions sv does
+// not list.
+func (s *Scanner) listServer(ctx context.Context, st *scanState, sv *server, now time.Time, rep *Report) {
+	var prepared []xa.PreparedBranch
+	var lister xa.ResourceManager
+	var errs []error
+	for _, rm := range sv.members {
+		p, err := rm.Recover(ctx)
+		if err == nil {
+			prepared, lister = p, rm
+			break
+		}
+		errs = append(errs, fmt.Errorf("recovery: listing %s: %w", rm.Name(), err))
 	}
-	listed := map[key]bool{}
-	listedIDs := map[string]bool{}
-	answered := map[*server]bool{}
-	ghosts := map[*server]int{}
-	now := s.cfg.Now()
-
-	for _, sv := range servers {
-		var prepared []xa.PreparedBranch
-		var lister xa.ResourceManager
-		var errs []error
-		for _, rm := range sv.members {
-			p, err := rm.Recover(ctx)
-			if err == nil {
-				prepared, lister = p, rm
-				break
-			}
-			errs = append(errs, fmt.Errorf("recovery: listing %s: %w", rm.Name(), err))
+	if lister == nil {
+		rep.Errors = append(rep.Errors, errs...)
+		if rep.Unlisted == nil {
+			rep.Unlisted = map[string]error{}
 		}
-		if lister == nil {
-			rep.Errors = append(rep.Errors, errs...)
-			if rep.Unlisted == nil {
-				rep.Unlisted = map[string]error{}
-			}
-			for i, rm := range sv.members {
-				rep.Unlisted[rm.Name()] = errs[i]
-			}
-			continue
+		for i, rm := range sv.members {
+			rep.Unlisted[rm.Name()] = errs[i]
 		}
-		answered[sv] = true
-		for _, rm := range sv.members {
-			rep.Participants = append(rep.Participants, rm.Name())
-		}
-		for _, p := range prepared {
-			b := Branch{Participant: sv.members[0].Name(), Prepared: p}
-			b.Age, b.AgeKnown = p.Age(now)
-			ref, ours := xa.ParseOwned(p.XID)
-			rm := sv.members[0]
-			switch {
-			case !ours:
-				b.Verdict = Foreign
-			case !s.nodes[ref.ID.Node]:
-				b.ID, b.Log, b.Verdict = ref.ID, ref.Log, OtherNode
-			default:
-				b.ID, b.Log = ref.ID, ref.Log
-				listed[key{sv, p.XID.String()}] = true
-				listedIDs[ref.ID.String()] = true
-				rec, logged := st.records[ref.ID.String()]
-				_, b.AbortLogged = st.aborts[ref.ID.String()]
-				b.Logged = logged
-				if logged {
-					// Attribute the branch to the participant its record
-					// names, among those sharing the server.
-					for _, br := range rec.Branches {
-						if br.XID.Equal(p.XID) && sv.has(br.RM) {
-							b.Participant = br.RM
-							rm = s.participant(br.RM)
-						}
-					}
-				}
-				s.judge(st, &b, ref, rec, logged)
-				if !dry {
-					s.act(ctx, st, rm, &b, rec)
-				}
-			}
-			rep.Branches = append(rep.Branches, b)
-		}
-		// Counted after acting, not between the listing and the acts,
-		// which it would delay: it only decides what may be forgotten.
-		if gc, ok := lister.(GhostCounter); ok {
-			n, err := gc.UnlistedPrepared(ctx)
-			if err != nil {
-				rep.Errors = append(rep.Errors, fmt.Errorf("recovery: counting unlisted prepared transactions on %s: %w", lister.Name(), err))
-				n = -1
-			}
-			ghosts[sv] = n
-		}
+		return
 	}
+	st.answered[sv] = true
+	for _, rm := range sv.members {
+		rep.Participants = append(rep.Participants, rm.Name())
+	}
+	for _, p := range prepared {
+		rep.Branches = append(rep.Branches, s.branch(ctx, st, sv, p, now))
+	}
+	// Counted after acting, not between the listing and the acts,
+	// which it would delay: it only decides what may be forgotten.
+	if gc, ok := lister.(GhostCounter); ok {
+		n, err := gc.UnlistedPrepared(ctx)
+		if err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("recovery: counting unlisted prepared transactions on %s: %w", lister.Name(), err))
+			n = -1
+		}
+		st.ghosts[sv] = n
+	}
+}
 
-	// Forget the records whose branches are all gone from listings taken
-	// after the record was read.
+// branch gathers the facts of one listed branch, judges it, and acts on
+// the verdict unless the scan is dry.
+func (s *Scanner) branch(ctx context.Context, st *scanState, sv *server, p xa.PreparedBranch, now time.Time) Branch {
+	b := Branch{Participant: sv.members[0].Name(), Prepared: p}
+	b.Age, b.AgeKnown = p.Age(now)
+	ref, ours := xa.ParseOwned(p.XID)
+	f := s.facts(st, ref, ours, b.Age, b.AgeKnown)
+	f.Presume, f.LeaseWhy = st.lease.presume, st.lease.why
+	rm := sv.members[0]
+	var rec xa.CommitRecord
+	if ours {
+		b.ID, b.Log = ref.ID, ref.Log
+	}
+	if f.Served {
+		k := ref.ID.String()
+		st.listed[listedKey{sv, p.XID.String()}] = true
+		st.listedIDs[k] = true
+		rec, f.Committed = st.records[k]
+		_, f.Aborted = st.aborts[k]
+		if f.Committed {
+			// Attribute the branch to the participant its record names,
+			// among those sharing the server.
+			for _, br := range rec.Branches {
+				if br.XID.Equal(p.XID) && sv.has(br.RM) {
+					b.Participant = br.RM
+					rm = s.participant(br.RM)
+				}
+			}
+			f.Lists = slices.ContainsFunc(rec.Branches, func(br xa.BranchRecord) bool {
+				return br.RM == b.Participant && br.XID.Equal(p.XID)
+			})
+		}
+		if hr, ok := st.handCommits[string(p.XID.Gtrid)]; ok && hr.RM != "" {
+			f.HandCommit = &hr
+		}
+		f.Mismatched = st.ids.participants[b.Participant]
+	}
+	j := Judge(f)
+	b.Verdict, b.Reason = j.Verdict, j.Reason
+	b.Logged, b.AbortLogged = f.Committed, f.Aborted
+	if f.Served && !st.dry {
+		s.act(ctx, st, rm, &b, rec)
+	}
+	return b
+}
+
+// facts returns what the scanner knows of a branch with XID reference ref
+// (ours: it parsed) and age, from this log's identity and the delegated
+// decision tables st found. The decisions, the lease and the identity of
+// the listing participant are the caller's to add.
+func (s *Scanner) facts(st *scanState, ref xa.BranchRef, ours bool, age time.Duration, ageKnown bool) Facts {
+	f := Facts{Ours: ours, Log: s.ident.ID, Created: s.ident.Created, Age: age, AgeKnown: ageKnown, Grace: s.cfg.Grace, Delegated: st.delegated}
+	if ours {
+		f.Ref, f.Served = ref, s.nodes[ref.ID.Node]
+		f.Predates = s.predates(ref.ID.Begun)
+	}
+	return f
+}
+
+// forgetRecords forgets the records whose branches are all gone from
+// listings taken after the record was read, and reports those kept for
+// another reason.
+func (s *Scanner) forgetRecords(ctx context.Context, st *scanState, rep *Report) {
 	storeForget := map[DecisionStore][]xa.GlobalID{}
-	for _, rec := range recs {
+	for _, rec := range st.recs {
 		if !s.nodes[rec.ID.Node] {
 			continue
 		}
@@ -598,7 +499,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		for _, br := range rec.Branches {
 			sv := st.serverOf[br.RM]
 			switch {
-			case ids.participants[br.RM] != nil:
+			case st.ids.participants[br.RM] != nil:
 				reasons = append(reasons, fmt.Sprintf("participant %q is not the database the log recorded (see Mismatched)", br.RM))
 				unseen = true
 			case sv == nil && s.cfg.Unreachable[br.RM] != nil:
@@ -607,14 +508,14 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 			case sv == nil:
 				reasons = append(reasons, fmt.Sprintf("participant %q is not configured", br.RM))
 				unseen = true
-			case !answered[sv]:
+			case !st.answered[sv]:
 				reasons = append(reasons, fmt.Sprintf("participant %q could not be listed", br.RM))
 				unseen = true
-			case listed[key{sv, br.XID.String()}]:
+			case st.listed[listedKey{sv, br.XID.String()}]:
 				prepared = true
-			case ghosts[sv] < 0:
+			case st.ghosts[sv] < 0:
 				reasons = append(reasons, fmt.Sprintf("participant %q could not tell whether it holds prepared transactions it does not list (see the scan's errors)", br.RM))
-			case ghosts[sv] > 0:
+			case st.ghosts[sv] > 0:
 				reasons = append(reasons, fmt.Sprintf("participant %q holds prepared transactions it does not list (fact 7): restart it and recover", br.RM))
 			}
 		}
@@ -624,7 +525,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		if len(reasons) > 0 || prepared {
 			continue
 		}
-		if dry {
+		if st.dry {
 			rep.Forgotten = append(rep.Forgotten, rec.ID)
 			continue
 		}
@@ -648,26 +549,18 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 		s.log.Info("forgot stored decisions: every branch resolved", "count", len(ids))
 		rep.Forgotten = append(rep.Forgotten, ids...)
 	}
-	if !dry {
-		s.forgetAborts(ctx, &rep, st, aborts, len(answered) == len(servers) && len(ids.participants) == 0, listedIDs)
-	}
-	// Report the presumed aborts that found something to roll back.
-	for _, id := range st.aborted {
-		if k := id.String(); st.rolledBack[k] || !st.vanished[k] {
-			rep.Aborted = append(rep.Aborted, id)
-		}
-	}
-	return rep, nil
 }
 
 // forgetAborts drops abort records whose branches are gone, once their
 // retention has passed (the log enforces it by its own clock), and abort
-// markers in decision stores past retention.
-func (s *Scanner) forgetAborts(ctx context.Context, rep *Report, st *scanState, aborts []xa.AbortRecord, all bool, listed map[string]bool) {
+// markers in decision stores past retention. An abort record is kept
+// while any participant was not listed or not the recorded store.
+func (s *Scanner) forgetAborts(ctx context.Context, rep *Report, st *scanState) {
+	all := len(st.answered) == len(st.servers) && len(st.ids.participants) == 0
 	now := s.cfg.Now()
 	timeout := s.cfg.Log.Identity().Timeout
-	for _, a := range aborts {
-		if !all || listed[a.ID.String()] || now.Before(a.KeptUntil(timeout)) {
+	for _, a := range st.abortRecs {
+		if !all || st.listedIDs[a.ID.String()] || now.Before(a.KeptUntil(timeout)) {
 			continue
 		}
 		if err := s.cfg.Log.ForgetAbort(ctx, a.ID); err != nil {
@@ -685,18 +578,6 @@ func (s *Scanner) forgetAborts(ctx context.Context, rep *Report, st *scanState, 
 	}
 }
 
-// undelegated says why a store the log delegated to cannot be read.
-func (s *Scanner) undelegated(st *scanState, name string) string {
-	if err := st.unfit[name]; err != nil {
-		return fmt.Sprintf("the decision may be in participant %q's decision table (the log delegated decisions to it), "+
-			"but the store that answers under that name is not the recorded one: %v", name, err)
-	}
-	if err := s.cfg.Unreachable[name]; err != nil {
-		return fmt.Sprintf("the decision may be in participant %q's decision table (the log delegated decisions to it), which could not be opened: %v", name, err)
-	}
-	return fmt.Sprintf("the decision may be in participant %q's decision table (the log delegated decisions to it), which is not configured", name)
-}
-
 func (s *Scanner) participant(name string) xa.ResourceManager {
 	for _, rm := range s.cfg.Participants {
 		if rm.Name() == name {
@@ -704,45 +585,6 @@ func (s *Scanner) participant(name string) xa.ResourceManager {
 		}
 	}
 	return nil
-}
-
-// judge sets b's verdict (and reason) from what the scan knows.
-func (s *Scanner) judge(st *scanState, b *Branch, ref xa.BranchRef, rec xa.CommitRecord, logged bool) {
-	switch {
-	case logged:
-		for _, br := range rec.Branches {
-			if br.RM == b.Participant && br.XID.Equal(b.Prepared.XID) {
-				b.Verdict = Commit
-				return
-			}
-		}
-		b.Verdict = Anomaly
-		b.Reason = "its transaction's commit record does not list this branch"
-	case st.handCommits[string(b.Prepared.XID.Gtrid)].RM != "":
-		hr := st.handCommits[string(b.Prepared.XID.Gtrid)]
-		b.Verdict = Blocked
-		b.Reason = handCommitReason(hr)
-	case b.AbortLogged:
-		// This log fenced the transaction: no commit can be recorded.
-		b.Verdict = Rollback
-	case ref.Log == 0:
-		b.Verdict = OtherLog
-		b.Reason = "its XID names no decision log (made before logs had identities, or by hand): only a commit record decides it"
-	case ref.Log != s.ident.ID:
-		b.Verdict = OtherLog
-		b.Reason = fmt.Sprintf("belongs to decision log %s; this is log %s: recover it with that log", ref.Log, s.ident.ID)
-	case s.predates(ref.ID.Begun):
-		b.Verdict = Predates
-		b.Reason = fmt.Sprintf("began %s, before this log was created (%s)", ref.ID.Begun.UTC().Format(time.RFC3339), s.ident.Created.UTC().Format(time.RFC3339))
-	case st.lease.wait(!b.AgeKnown || b.Age <= s.cfg.Grace):
-		b.Verdict = Wait
-		b.Reason = st.lease.waitReason(s.cfg.Grace)
-	case st.blocked != "":
-		b.Verdict = Blocked
-		b.Reason = st.blocked
-	default:
-		b.Verdict = Rollback
-	}
 }
 
 // act carries out b's verdict.
@@ -867,13 +709,6 @@ func (s *Scanner) handCommits(ctx context.Context) (map[string]xa.HeuristicRecor
 	return m, nil
 }
 
-// handCommitReason says why a branch whose sibling was committed by hand
-// is left prepared.
-func handCommitReason(hr xa.HeuristicRecord) string {
-	return fmt.Sprintf("branch %s on %s of its transaction was committed by hand (heuristic record): presuming abort would mix the outcome; "+
-		"commit this branch too (xactl commit --force), or clear that record (xactl heuristic clear) to let presumed abort go on", hr.XID, hr.RM)
-}
-
 // takeFence claims the abort of b's transaction in every configured
 // decision store, then records it in the log. A store the log delegated to
 // but not configured here blocks it, unless forced (an operator's forced
@@ -904,7 +739,7 @@ func (s *Scanner) takeFence(ctx context.Context, st *scanState, b *Branch, force
 		}
 		if st.stores[d.Participant] == nil && !forced {
 			b.Verdict = Blocked
-			b.Reason = s.undelegated(st, d.Participant)
+			b.Reason = s.delegatedTable(st, d.Participant, nil).why()
 			return xa.CommitRecord{}, false, fmt.Errorf("%w: %s", xa.ErrRetryable, b.Reason)
 		}
 	}

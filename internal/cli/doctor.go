@@ -355,17 +355,12 @@ func doctorPlan(ctx context.Context, c *config.Config, g *globals) []xa.Finding 
 		cc.Node = "" // a node that is not the log's is the identity finding's
 	}
 	logger := g.logger()
-	log, err := openDecisionLog(&cc, readOnly, logger)
+	env, err := openRecovery(ctx, &cc, readOnly, logger)
 	if err != nil {
 		return fail(err)
 	}
-	defer log.Close()
-	ps := openParticipants(ctx, &cc, logger)
-	defer ps.Close()
-	sc, err := newScanner(&cc, ps, log, logger)
-	if err != nil {
-		return fail(err)
-	}
+	defer env.Close()
+	ps, sc := env.ps, env.sc
 	rep, err := sc.Plan(ctx)
 	if err != nil {
 		return fail(err)

@@ -144,3 +144,36 @@ func newScanner(c *config.Config, ps *participants, log xa.RecoveryLog, logger *
 		Logger:       logger,
 	})
 }
+
+// recoveryEnv is what list, recover, commit, rollback and doctor work on:
+// the configured decision log, the participants, and the scanner over
+// them, opened the one way xactl opens them.
+type recoveryEnv struct {
+	log *decisionLog
+	ps  *participants
+	sc  *recovery.Scanner
+}
+
+// openRecovery opens the decision log in mode, every participant
+// (openParticipants: one that cannot be opened is left out, with why),
+// and the scanner over them. Close closes them.
+func openRecovery(ctx context.Context, c *config.Config, mode logMode, logger *slog.Logger) (*recoveryEnv, error) {
+	log, err := openDecisionLog(c, mode, logger)
+	if err != nil {
+		return nil, err
+	}
+	ps := openParticipants(ctx, c, logger)
+	sc, err := newScanner(c, ps, log, logger)
+	if err != nil {
+		ps.Close()
+		log.Close()
+		return nil, err
+	}
+	return &recoveryEnv{log: log, ps: ps, sc: sc}, nil
+}
+
+// Close closes the participants, then the decision log.
+func (e *recoveryEnv) Close() {
+	e.ps.Close()
+	e.log.Close()
+}

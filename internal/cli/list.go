@@ -192,6 +192,27 @@ func identityExit(missing []unlistedView, rep recovery.Report) error {
 		"recorded under that name (see above): nothing was done there, no record naming them was forgotten, and presumed abort waits; fix the configuration", n)}
 }
 
+// scanExit is the exit of list and recover after a scan: 3 for a
+// participant that is not the recorded store (identityExit); 1 when
+// participants (of configured ones) could not be listed, or for
+// incomplete (nil: the scan is complete); 3 when inDoubt branches of ours
+// are left; else success.
+func scanExit(rep recovery.Report, unlisted []unlistedView, configured int, incomplete error, inDoubt int) error {
+	if err := identityExit(unlisted, rep); err != nil {
+		return err
+	}
+	switch {
+	case len(unlisted) > 0:
+		return &exitError{code: ExitError, err: fmt.Errorf("%d of %d participants could not be listed: nothing is known about their prepared branches",
+			len(unlisted), configured)}
+	case incomplete != nil:
+		return &exitError{code: ExitError, err: incomplete}
+	case inDoubt > 0:
+		return errInDoubt
+	}
+	return nil
+}
+
 // printBranches prints the branch table, the reasons of branches left
 // alone, and what is not known.
 func printBranches(w io.Writer, all []branchView, listed []string, missing []unlistedView, withResult bool) {
@@ -358,17 +379,12 @@ listed: nothing is known about its branches.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
 			logger := g.logger()
-			log, err := openDecisionLog(c, readOnly, logger)
+			env, err := openRecovery(ctx, c, readOnly, logger)
 			if err != nil {
 				return err
 			}
-			defer log.Close()
-			ps := openParticipants(ctx, c, logger)
-			defer ps.Close()
-			sc, err := newScanner(c, ps, log, logger)
-			if err != nil {
-				return err
-			}
+			defer env.Close()
+			log, ps, sc := env.log, env.ps, env.sc
 			rep, err := sc.Plan(ctx)
 			if err != nil {
 				return err
@@ -420,19 +436,11 @@ listed: nothing is known about its branches.`,
 			// Participants that could not be opened are in the listing's
 			// own words already.
 			g.out.errors(errStrings(explainAll(rep.Errors)))
-			if err := identityExit(v.Unlisted, rep); err != nil {
-				return err
+			var incomplete error
+			if len(errs) > 0 {
+				incomplete = fmt.Errorf("the listing is incomplete: %s", plural(len(errs), "error"))
 			}
-			switch {
-			case len(v.Unlisted) > 0:
-				return &exitError{code: ExitError, err: fmt.Errorf("%d of %d participants could not be listed: nothing is known about their prepared branches",
-					len(v.Unlisted), len(ps.names))}
-			case len(errs) > 0:
-				return &exitError{code: ExitError, err: fmt.Errorf("the listing is incomplete: %s", plural(len(errs), "error"))}
-			case v.InDoubt > 0:
-				return errInDoubt
-			}
-			return nil
+			return scanExit(rep, v.Unlisted, len(ps.names), incomplete, v.InDoubt)
 		},
 	}
 }

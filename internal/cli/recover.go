@@ -6,13 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/xadb/xa/internal/config"
@@ -107,17 +102,12 @@ there may be in doubt); 1 when a participant could not be listed.`,
 			if dry {
 				mode = readOnly
 			}
-			log, err := openDecisionLog(c, mode, logger)
+			env, err := openRecovery(ctx, c, mode, logger)
 			if err != nil {
 				return err
 			}
-			defer log.Close()
-			ps := openParticipants(ctx, c, logger)
-			defer ps.Close()
-			sc, err := newScanner(c, ps, log, logger)
-			if err != nil {
-				return err
-			}
+			defer env.Close()
+			ps, sc := env.ps, env.sc
 			if !watch {
 				scan := sc.Scan
 				if dry {
@@ -132,41 +122,24 @@ there may be in doubt); 1 when a participant could not be listed.`,
 					return err
 				}
 				g.out.errors(errStrings(explainAll(rep.Errors)))
-				if err := identityExit(v.Unlisted, rep); err != nil {
-					return err
+				var incomplete error
+				if len(v.Errors) > 0 {
+					incomplete = errors.New("some participants could not be recovered")
 				}
-				switch {
-				case len(v.Unlisted) > 0:
-					return &exitError{code: ExitError, err: fmt.Errorf("%d of %d participants could not be listed: nothing is known about their prepared branches",
-						len(v.Unlisted), len(ps.names))}
-				case len(v.Errors) > 0:
-					return &exitError{code: ExitError, err: errors.New("some participants could not be recovered")}
-				case v.InDoubt > 0:
-					return errInDoubt
-				}
-				return nil
+				return scanExit(rep, v.Unlisted, len(ps.names), incomplete, v.InDoubt)
 			}
 			for _, err := range ps.openErrors() {
 				fmt.Fprintln(g.stderr, "error:", err)
 			}
 
-			// A registry of this run's own: Main may run more than once
-			// in a process (tests), and the default registry refuses a
-			// second registration of the same collectors with a panic.
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			reg := metricsRegistry()
 			m := metrics.New(reg)
 			m.SetGrace(sc.Grace())
-			if metricsAddr != "" {
-				ln, err := net.Listen("tcp", metricsAddr)
-				if err != nil {
-					return fmt.Errorf("--metrics-addr: %w", err)
-				}
-				srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-				go srv.Serve(ln)                         //nolint:errcheck // ends with Shutdown
-				defer srv.Shutdown(context.Background()) //nolint:errcheck
-				fmt.Fprintf(g.stderr, "metrics on http://%s/metrics\n", ln.Addr())
+			stopMetrics, err := g.serveMetrics(metricsAddr, reg)
+			if err != nil {
+				return err
 			}
+			defer stopMetrics()
 			fmt.Fprintf(g.stderr, "recovering every %s; Ctrl-C to stop\n", interval)
 			_, stop, _ := sc.Start(ctx, interval, func(rep recovery.Report, err error) {
 				m.ObserveScan(rep, err)

@@ -88,19 +88,14 @@ does it anyway, recorded as a heuristic outcome.`, strings.ToUpper(verb[:1])+ver
 			if ref, ok := sqlsink.ParseXID(x); ok && !force {
 				return refuseSinkBranch(ctx, c, ref, verb, g.sinkLogger())
 			}
-			log, err := openDecisionLog(c, forWriting, logger)
+			env, err := openRecovery(ctx, c, forWriting, logger)
 			if err != nil {
 				return err
 			}
-			defer log.Close()
-			ps := openParticipants(ctx, c, logger)
-			defer ps.Close()
+			defer env.Close()
+			ps, sc := env.ps, env.sc
 			if err := ps.unreachable[only]; only != "" && err != nil {
 				return fmt.Errorf("participant %q could not be opened: %w", only, err)
-			}
-			sc, err := newScanner(c, ps, log, logger)
-			if err != nil {
-				return err
 			}
 			res, err := sc.Resolve(ctx, x, action, recovery.ResolveOptions{Participant: only, Force: force, Reason: reason})
 			openErrs := ps.openErrors()

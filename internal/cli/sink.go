@@ -7,17 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/xadb/xa/internal/config"
@@ -332,21 +327,14 @@ the configuration.`,
 			}
 			defer ends.Close()
 
-			// A registry of this run's own (see recover --watch).
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			reg := metricsRegistry()
 			m := metrics.NewSink(reg, sc.Name)
-			if metricsAddr != "" {
-				ln, err := net.Listen("tcp", metricsAddr)
-				if err != nil {
-					src.Close()
-					return fmt.Errorf("--metrics-addr: %w", err)
-				}
-				srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-				go srv.Serve(ln)                         //nolint:errcheck // ends with Shutdown
-				defer srv.Shutdown(context.Background()) //nolint:errcheck
-				fmt.Fprintf(g.stderr, "metrics on http://%s/metrics\n", ln.Addr())
+			stopMetrics, err := g.serveMetrics(metricsAddr, reg)
+			if err != nil {
+				src.Close()
+				return err
 			}
+			defer stopMetrics()
 			tr := &tracker{started: time.Now()}
 			opts := sc.RunOptions()
 			opts.Observer = observers{m, tr}
