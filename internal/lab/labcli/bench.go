@@ -23,11 +23,15 @@ func newBench(g *globals) *cobra.Command {
 		Use:   "bench",
 		Short: "Measure what atomicity costs: local commits vs hand-written 2PC vs the transaction manager",
 		Long: `In one run against the same two servers, with concurrent workers on disjoint rows,
-transfers (one row down in MySQL, one up in PostgreSQL) made three ways:
+transfers (one row down in MySQL, one up in PostgreSQL) made these ways:
 
   local  two local commits, not atomic (the floor)
-  raw    hand-written two-phase commit with no transaction manager: parallel
+  raw    the hand-written two-phase commit a careful programmer writes with
+         the drivers and settings the transaction manager uses
+         (interpolateParams=true, pgx): one statement per call, parallel
          prepare, parallel commit, no decision log (not recoverable)
+  raw-log  the same with the decision written the simple way: a line
+         appended to a file and fdatasync'ed by each transaction
   tm     the transaction manager with its durable (fsync'ed) decision log
   tm-async  the same with AsyncCommit: the caller is answered once the
          decision is durable; phase 2 goes on in the background
@@ -36,8 +40,12 @@ transfers (one row down in MySQL, one up in PostgreSQL) made three ways:
          commits in one phase with the decision row, MySQL commits; no
          decision-log write
 
-and the ratio tm/raw. Then the decision log alone: decisions per second
-at 1, 16 and 64 concurrent writers, for the embedded log and for Pebble.
+with TPS, latency and the client's CPU per transaction (this process's CPU
+time over the measuring window divided by the transactions), and the ratios
+to raw. Then the decision log alone: decisions per second at 1, 16 and 64
+concurrent writers, for the embedded log and for Pebble, next to what the
+disk allows (writers divided by the time of one synchronous write, measured
+in the same run).
 
 Without --mysql-dsn/--postgres-dsn (or XA_MYSQL_DSN/XA_POSTGRES_DSN), it
 starts throw-away MariaDB and PostgreSQL servers on loopback. With them, it
@@ -68,7 +76,7 @@ creates tables named accounts in those databases (drop them first).`,
 				return err
 			}
 			defer decisions.Close()
-			s, err := bench.Open(ctx, mysqlDSN, pgDSN, workers, 100, decisions)
+			s, err := bench.OpenConfig(ctx, bench.Config{MySQLDSN: mysqlDSN, PostgresDSN: pgDSN, Workers: workers, Rows: 100, Log: decisions, RawLogDir: logDir})
 			if err != nil {
 				return err
 			}
@@ -77,24 +85,40 @@ creates tables named accounts in those databases (drop them first).`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "\ntransfers MySQL -> PostgreSQL, %d workers on disjoint rows, %s per mode and round, %d round(s), best round shown:\n", workers, d, rounds)
+			fmt.Fprintf(g.stdout, "\ntransfers MySQL -> PostgreSQL, %d workers on disjoint rows, %s per mode and round, %d round(s), best round shown (load average %s):\n",
+				workers, d, rounds, bench.LoadAverage())
 			tw := table(g.stdout)
-			fmt.Fprintln(tw, "MODE\tTPS\tP50\tP99\tOPS\tERRORS")
+			fmt.Fprintln(tw, "MODE\tTPS\tP50\tP99\tCPU/TX\tOPS\tERRORS")
 			for _, st := range res.Best {
-				fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%d\t%d\n", st.Mode, st.TPS, st.P50.Round(10*time.Microsecond), st.P99.Round(10*time.Microsecond), st.Ops, st.Errors)
+				fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%d\t%d\n", st.Mode, st.TPS, st.P50.Round(10*time.Microsecond), st.P99.Round(10*time.Microsecond),
+					st.CPU.Round(time.Microsecond), st.Ops, st.Errors)
 			}
 			tw.Flush()
-			fmt.Fprintf(g.stdout, "ratio to raw (TPS): tm %.2f   tm-async %.2f   tm-last %.2f\n",
-				res.Ratio(bench.TM, bench.Raw), res.Ratio(bench.Async, bench.Raw), res.Ratio(bench.Last, bench.Raw))
+			compared := []bench.Mode{bench.RawLog, bench.TM, bench.Async, bench.Last}
+			fmt.Fprint(g.stdout, "ratio to raw (TPS):")
+			for _, m := range compared {
+				fmt.Fprintf(g.stdout, "   %s %.2f", m, res.Ratio(m, bench.Raw))
+			}
+			fmt.Fprintln(g.stdout)
 			if rounds > 1 {
-				fmt.Fprintln(g.stdout, "the same ratios round by round (their spread is the machine's noise):")
-				for _, m := range []bench.Mode{bench.TM, bench.Async, bench.Last} {
+				fmt.Fprintln(g.stdout, "the same ratios round by round (their spread is the machine's noise), and their median:")
+				for _, m := range compared {
+					rs := res.RoundRatios(m, bench.Raw)
 					fmt.Fprintf(g.stdout, "  %-8s", m)
-					for _, r := range res.RoundRatios(m, bench.Raw) {
+					for _, r := range rs {
 						fmt.Fprintf(g.stdout, " %.2f", r)
 					}
-					fmt.Fprintln(g.stdout)
+					fmt.Fprintf(g.stdout, "   median %.2f\n", bench.Median(rs))
 				}
+			}
+			fmt.Fprintln(g.stdout, "client CPU per transaction over raw's, round by round, and the median:")
+			for _, m := range compared {
+				rs := res.RoundCPURatios(m, bench.Raw)
+				fmt.Fprintf(g.stdout, "  %-8s", m)
+				for _, r := range rs {
+					fmt.Fprintf(g.stdout, " %.2f", r)
+				}
+				fmt.Fprintf(g.stdout, "   median %.2f\n", bench.Median(rs))
 			}
 			if err := res.CheckBalances(ctx, s); err != nil {
 				return err
