@@ -302,20 +302,47 @@ type driver struct {
 // loop performs acts and steps the machine with their outcomes until the
 // transaction finishes, or, if mayHandOff, until the commit decision is
 // durable: the rest of phase 2 then goes on in a goroutine.
+//
+// Of the actions started together, one (see ownAction) is performed on
+// the loop's own goroutine, the caller's, after the others were started on
+// goroutines of their own: as a hand-written two-phase commit does, which
+// saves a goroutine per step and the growth of its stack. The machine is
+// stepped with its outcome as with any other. Meanwhile the loop cannot
+// notice the timeout or the caller giving up; the action's own context
+// ends with them (a prepare is bounded by both, later actions ignore
+// them), and when it has ended, the timeout or cancellation is stepped
+// before the outcome (as it would have been noticed first on a goroutine
+// of its own).
 func (d *driver) loop(acts []action, mayHandOff bool) {
 	tx := d.tx
 	for {
-		d.start(acts)
+		handOff := mayHandOff && tx.m.phase == phaseCommitting && tx.m.logged
+		if own := d.start(acts, !handOff); own != nil {
+			d.perform(own)
+		}
 		if d.fin != nil && d.inflight == 0 {
 			tx.finish(*d.fin, d.t)
 			return
 		}
-		if mayHandOff && tx.m.phase == phaseCommitting && tx.m.logged {
+		if handOff {
 			tx.handOff()
 			go func() {
 				d.loop(nil, false)
 			}()
 			return
+		}
+		// The timeout and the caller's cancellation first, when they are
+		// due together with an outcome.
+		select {
+		case <-d.expired:
+			d.expired = nil
+			acts = tx.m.step(tx.expiryEvent())
+			continue
+		case <-d.cancelled:
+			d.cancelled = nil
+			acts = tx.m.step(evRollback{reason: d.ctx.Err()})
+			continue
+		default:
 		}
 		select {
 		case ev := <-d.events:
@@ -337,10 +364,42 @@ func (d *driver) loop(acts []action, mayHandOff bool) {
 	}
 }
 
-// start starts the I/O of acts; their outcomes arrive on d.events.
-func (d *driver) start(acts []action) {
+// ownAction returns the index in acts of the action the loop performs on
+// its own goroutine, -1 for none: the last prepare, decision-log write,
+// last-resource commit, one-phase commit or first commit attempt, and
+// commits only if mayCommit (not before an asynchronous hand-off, whose
+// caller must not wait for phase 2). Rollbacks and retries, which may wait
+// for a backoff, run on goroutines of their own.
+func ownAction(acts []action, mayCommit bool) int {
+	for i := len(acts) - 1; i >= 0; i-- {
+		switch a := acts[i].(type) {
+		case actPrepare, actLog, actCommitLast:
+			return i
+		case actOnePhase:
+			if mayCommit {
+				return i
+			}
+		case actCommit:
+			if mayCommit && a.attempt == 1 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// start starts the I/O of acts; their outcomes arrive on d.events. One
+// action (see ownAction) is not started but returned, counted in flight,
+// for the caller to perform with d.perform.
+func (d *driver) start(acts []action, mayCommit bool) action {
 	tx := d.tx
-	for _, a := range acts {
+	own := ownAction(acts, mayCommit)
+	for k, a := range acts {
+		if k == own {
+			d.inflight++
+			d.t.started(a)
+			continue
+		}
 		switch a := a.(type) {
 		case actFinish:
 			d.fin = &a.res
@@ -364,6 +423,21 @@ func (d *driver) start(acts []action) {
 			go tx.perform(d.actionCtx(a), a, d.events)
 		}
 	}
+	if own < 0 {
+		return nil
+	}
+	return acts[own]
+}
+
+// perform does the I/O of an action that start returned, on the calling
+// goroutine; its outcome goes to d.events like any other.
+func (d *driver) perform(a action) {
+	ctx := d.actionCtx(a)
+	if c, ok := a.(actCommit); ok {
+		d.tx.performCommit(ctx, c, d.tx.decided(), d.events)
+		return
+	}
+	d.tx.perform(ctx, a, d.events)
 }
 
 // perform does one action's I/O and reports its outcome on events.
