@@ -416,11 +416,13 @@ func (d *driver) start(acts []action, mayCommit bool) action {
 		case actCommit:
 			d.inflight++
 			d.t.started(a)
-			go tx.performCommit(d.actionCtx(a), a, tx.decided(), d.events)
+			ctx, proof, events := d.actionCtx(a), tx.decided(), d.events
+			spawn(func() { tx.performCommit(ctx, a, proof, events) })
 		default:
 			d.inflight++
 			d.t.started(a)
-			go tx.perform(d.actionCtx(a), a, d.events)
+			ctx, events := d.actionCtx(a), d.events
+			spawn(func() { tx.perform(ctx, a, events) })
 		}
 	}
 	if own < 0 {
