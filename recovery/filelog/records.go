@@ -329,7 +329,8 @@ func (l *Log) queueForget(ctx context.Context, t RecordType, id xa.GlobalID, dro
 	}
 	l.queue = append(l.queue, o)
 	l.mu.Unlock()
-	l.wake()
+	// No wake: the record goes with the next group (or at Close), which
+	// saves a write and a wake-up of the writer per decision.
 	return nil
 }
 
