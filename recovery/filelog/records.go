@@ -200,7 +200,7 @@ func (l *Log) appendDurable(ctx context.Context, t RecordType, payload []byte, d
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("filelog: %v %s not logged: %w", t, name, err)
 	}
-	o := &op{t: t, d: d, frame: appendFrame(nil, t, payload)}
+	o := &op{t: t, d: d, frame: appendFrame(make([]byte, 0, frameHeader+len(payload)), t, payload)}
 	l.mu.Lock()
 	if err := l.usable(); err != nil {
 		l.mu.Unlock()
@@ -317,7 +317,7 @@ func (l *Log) queueForget(ctx context.Context, t RecordType, id xa.GlobalID, dro
 		return fmt.Errorf("filelog: %v: zero global id", t)
 	}
 	k := id.String()
-	o := &op{t: t, d: decoded{id: id, key: k}, frame: appendFrame(nil, t, []byte(k))}
+	o := &op{t: t, d: decoded{id: id, key: k}, frame: appendFrame(make([]byte, 0, frameHeader+len(k)), t, []byte(k))}
 	l.mu.Lock()
 	if err := l.usable(); err != nil {
 		l.mu.Unlock()
