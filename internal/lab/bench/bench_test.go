@@ -43,7 +43,7 @@ func BenchmarkTransfer(b *testing.B) {
 			next := make(chan int, workers)
 			done := make(chan error, workers)
 			b.ReportAllocs()
-			start, cpu, spawned := time.Now(), processCPU(), goroutinesCreated()
+			start, cpu, spawned, scheduled := time.Now(), processCPU(), goroutinesCreated(), schedulings()
 			for w := 0; w < workers; w++ {
 				go func(w int) {
 					var err error
@@ -71,6 +71,7 @@ func BenchmarkTransfer(b *testing.B) {
 			}
 			b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
 			b.ReportMetric(float64(goroutinesCreated()-spawned)/float64(b.N), "goroutines/op")
+			b.ReportMetric(float64(schedulings()-scheduled)/float64(b.N), "schedulings/op")
 		})
 	}
 }
@@ -83,6 +84,21 @@ func goroutinesCreated() uint64 {
 		return 0
 	}
 	return m[0].Value.Uint64()
+}
+
+// schedulings returns how many times a goroutine was made to run (the
+// count of the scheduling latencies the runtime records).
+func schedulings() uint64 {
+	m := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(m)
+	if m[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return 0
+	}
+	var n uint64
+	for _, c := range m[0].Value.Float64Histogram().Counts {
+		n += c
+	}
+	return n
 }
 
 // durableDBs returns a database on each of two servers that flush every

@@ -127,14 +127,46 @@ creates tables named accounts in those databases (drop them first).`,
 				return nil
 			}
 			fmt.Fprintf(g.stdout, "\ndecision log alone (two-branch commit record + forget, real fsync, in %s):\n", logDir)
-			lr, err := logbench.Compare(ctx, logbench.DefaultStores(), []int{1, 16, 64}, logbench.Config{Dir: dir, Duration: d})
+			writerCounts := []int{1, 16, 64}
+			lr, err := logbench.Compare(ctx, logbench.DefaultStores(), writerCounts, logbench.Config{Dir: dir, Duration: d, Disk: true})
 			if err != nil {
 				return err
 			}
 			tw = table(g.stdout)
 			fmt.Fprintln(tw, "STORE\tWRITERS\tDECISIONS/S\tAVG GROUP\tP50\tP99\tFS")
 			for _, r := range lr {
+				if r.Store == logbench.DiskName {
+					continue
+				}
 				fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\n", r.Store, r.Writers, r.PerSecond, r.AvgGroup, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Filesystem)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "\nwhat the disk allows: writers / the time of one synchronous write (a record-sized write and fdatasync, one at a time), measured in the same slices (load average %s):\n", bench.LoadAverage())
+			tw = table(g.stdout)
+			fmt.Fprintln(tw, "WRITERS\tSYNC WRITE\tDISK ALLOWS/S\tFILELOG/S\tFILELOG / DISK\tPEBBLE/S\tPEBBLE / DISK")
+			for _, w := range writerCounts {
+				bound := logbench.Bound(lr, w)
+				var sync time.Duration
+				rates := map[string]float64{}
+				for _, r := range lr {
+					if r.Writers != w {
+						continue
+					}
+					if st := r.SyncTime(); st > 0 {
+						sync = st
+					}
+					rates[r.Store] = r.PerSecond
+				}
+				share := func(v float64) float64 {
+					if bound == 0 {
+						return 0
+					}
+					return v / bound
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.0f\t%.2f\t%.0f\t%.2f\n", w, sync.Round(time.Microsecond), bound,
+					rates["filelog"], share(rates["filelog"]), rates["pebble"], share(rates["pebble"]))
 			}
 			return tw.Flush()
 		},
