@@ -110,9 +110,11 @@ type Log struct {
 	// queued or being written: not yet applied to st. The fence checks
 	// them together with st.
 	pending map[string]*pend
-	waiting *group // the callers of the durable records in queue, if any
-	failed  error  // set once, wraps ErrFailed
-	closed  bool
+	// queuedDurable counts the records in queue that must be durable.
+	queuedDurable int
+	waiting       *group // the callers of the durable records in queue, if any
+	failed        error  // set once, wraps ErrFailed
+	closed        bool
 
 	// Owned by the writer goroutine once it runs.
 	active     file
@@ -581,9 +583,10 @@ func (l *Log) wake() {
 // run is the writer goroutine. It takes the queued records as a batch,
 // writes them after the active segment's records with one write, and
 // starts the batch's sync on a goroutine of its own; while that sync runs
-// it takes, writes and starts the sync of the next batch, so that up to
-// maxSyncs syncs are in flight (pipelined group commit: the callers woken
-// by one sync find the next batch being written, not a sync to wait out).
+// it takes, writes and starts the sync of the next batch (of overlapMin
+// records at least), so that up to maxSyncs syncs are in flight (pipelined
+// group commit: the callers woken by one sync find the next batch being
+// written, not a sync to wait out).
 // A batch is acknowledged (applied to the state, its callers woken) once
 // its own sync and those of every batch written before it have succeeded,
 // in the order they were written. A batch of forget records only is written
@@ -610,7 +613,11 @@ func (l *Log) run() {
 			if slot < 0 {
 				break
 			}
-			took, c, err := l.writeNext(slot)
+			least := 0
+			if l.syncing() {
+				least = overlapMin
+			}
+			took, c, err := l.writeNext(slot, least)
 			closing = c
 			if err != nil {
 				l.fail(err)
@@ -665,6 +672,25 @@ type syncResult struct {
 	err    error
 }
 
+// overlapMin is how many records that must be durable the queue must hold
+// to be written and synced while another batch syncs; fewer wait for that
+// sync to end, and more records with them. A sync costs about the same
+// whatever it carries (on the machine this was measured on, 150-190 µs of
+// CPU in the kernel besides its wait), and a batch that small gains little
+// latency by not waiting; with many writers (the case pipelining is for)
+// the batches are far larger.
+const overlapMin = 4
+
+// syncing reports whether a sync is in flight.
+func (l *Log) syncing() bool {
+	for _, b := range l.busy {
+		if b {
+			return true
+		}
+	}
+	return false
+}
+
 // freeSlot returns a sync slot that has no sync in flight, -1 if none.
 func (l *Log) freeSlot() int {
 	for i, busy := range l.busy {
@@ -678,15 +704,23 @@ func (l *Log) freeSlot() int {
 // writeNext takes the queued records, if any (took), writes them as one
 // batch and, if one of them must be durable, starts its sync in slot.
 // closing reports that Close was called.
-func (l *Log) writeNext(slot int) (took, closing bool, err error) {
+func (l *Log) writeNext(slot, least int) (took, closing bool, err error) {
 	var spare []*op
 	if n := len(l.spares); n > 0 {
 		spare, l.spares = l.spares[n-1], l.spares[:n-1]
 	}
 	l.mu.Lock()
+	closing = l.closed
+	if l.queuedDurable < least && !closing {
+		l.mu.Unlock()
+		if spare != nil {
+			l.spares = append(l.spares, spare)
+		}
+		return false, false, nil
+	}
 	ops, g := l.queue, l.waiting
 	l.queue, l.waiting = spare, nil
-	closing = l.closed
+	l.queuedDurable = 0
 	l.mu.Unlock()
 	if len(ops) == 0 {
 		l.spares = append(l.spares, ops)

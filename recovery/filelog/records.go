@@ -214,6 +214,7 @@ func (l *Log) appendDurable(ctx context.Context, t RecordType, payload []byte, d
 	}
 	l.pend(o)
 	l.queue = append(l.queue, o)
+	l.queuedDurable++
 	g := l.waiting
 	if g == nil {
 		g = &group{done: make(chan struct{})}
