@@ -46,7 +46,8 @@ type Tx struct {
 	m        *machine
 	branches []Branch
 	rms      []ResourceManager
-	byName   map[string]int
+	names    []string // the participants' names, by branch
+	xids     []XID    // the branches' XIDs
 	origins  []Origin
 	durable  *decision     // set once the commit decision may be acted on
 	phase2   chan struct{} // closed when an asynchronous phase 2 ends
@@ -78,10 +79,9 @@ func newTx(parent context.Context, m *Manager, id GlobalID, now time.Time) *Tx {
 	tctx, tcancel := context.WithDeadlineCause(ctx, now.Add(m.cfg.Timeout), ErrTimeout)
 	tx := &Tx{
 		mgr: m, id: id, begun: now, deadline: now.Add(m.cfg.Timeout),
-		ctx:    tctx,
-		m:      newMachine(id, m.cfg.Phase2Attempts),
-		byName: map[string]int{},
-		span:   span,
+		ctx:  tctx,
+		m:    newMachine(id, m.cfg.Phase2Attempts),
+		span: span,
 	}
 	tx.m.log = m.ident.ID
 	tx.cancel = func(cause error) { cancel(cause); tcancel() }
@@ -93,7 +93,12 @@ func newTx(parent context.Context, m *Manager, id GlobalID, now time.Time) *Tx {
 func (tx *Tx) ID() GlobalID { return tx.id }
 
 // xid returns the XID of branch i: it names the manager's decision log.
-func (tx *Tx) xid(i int) XID { return BranchRef{ID: tx.id, Index: i, Log: tx.mgr.ident.ID}.XID() }
+func (tx *Tx) xid(i int) XID {
+	if i < len(tx.xids) {
+		return tx.xids[i]
+	}
+	return BranchRef{ID: tx.id, Index: i, Log: tx.mgr.ident.ID}.XID()
+}
 
 // Context returns the transaction's context: it ends when the transaction
 // times out, rolls back or finishes. Statements on branch sessions are
@@ -118,28 +123,33 @@ func (tx *Tx) Enlist(ctx context.Context, rm ResourceManager) (any, error) {
 		}
 		return nil, ErrTxDone
 	}
-	if i, ok := tx.byName[rm.Name()]; ok {
-		if tx.rms[i] != rm {
-			return nil, fmt.Errorf("xa: two participants are named %q", rm.Name())
+	name := rm.Name()
+	for i, n := range tx.names {
+		if n == name {
+			if tx.rms[i] != rm {
+				return nil, fmt.Errorf("xa: two participants are named %q", name)
+			}
+			return tx.branches[i].Session(), nil
 		}
-		return tx.branches[i].Session(), nil
 	}
 	if err := tx.ctx.Err(); err != nil {
 		return nil, &AbortError{ID: tx.id, Reason: context.Cause(tx.ctx)}
 	}
 	i := len(tx.branches)
-	b, err := rm.Start(tx.ctx, tx.xid(i))
+	x := tx.xid(i)
+	b, err := rm.Start(tx.ctx, x)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.m.enlist(rm.Name()); err != nil {
+	if _, err := tx.m.enlist(name); err != nil {
 		b.Close() //nolint:errcheck // never started
 		return nil, err
 	}
 	tx.branches = append(tx.branches, b)
 	tx.rms = append(tx.rms, rm)
+	tx.names = append(tx.names, name)
+	tx.xids = append(tx.xids, x)
 	tx.origins = append(tx.origins, Origin{})
-	tx.byName[rm.Name()] = i
 	return b.Session(), nil
 }
 
@@ -167,7 +177,8 @@ func (tx *Tx) Commit(ctx context.Context) (Result, error) {
 		return tx.res, ErrTxDone
 	}
 	n := len(tx.branches)
-	ev := evCommit{idle: make([]bool, n), onePhase: make([]bool, n), last: make([]bool, n)}
+	flags := make([]bool, 3*n)
+	ev := evCommit{idle: flags[:n:n], onePhase: flags[n : 2*n : 2*n], last: flags[2*n:]}
 	for i, b := range tx.branches {
 		if id, ok := b.(Idler); ok {
 			ev.idle[i] = id.Idle()
@@ -518,9 +529,9 @@ func (tx *Tx) performCommit(ctx context.Context, a actCommit, d decision, events
 
 // record is the commit decision covering the prepared branches.
 func (tx *Tx) record(prepared []int) CommitRecord {
-	rec := CommitRecord{ID: tx.id, Logged: time.Now()}
+	rec := CommitRecord{ID: tx.id, Logged: time.Now(), Branches: make([]BranchRecord, 0, len(prepared))}
 	for _, i := range prepared {
-		rec.Branches = append(rec.Branches, BranchRecord{RM: tx.rms[i].Name(), XID: tx.xid(i), Origin: tx.origins[i]})
+		rec.Branches = append(rec.Branches, BranchRecord{RM: tx.names[i], XID: tx.xid(i), Origin: tx.origins[i]})
 	}
 	return rec
 }
@@ -789,6 +800,9 @@ func (t *tracker) done(ev event) {
 
 // mergeCtx returns a context that ends when either a or b ends.
 func mergeCtx(a, b context.Context) (context.Context, context.CancelFunc) {
+	if b.Done() == nil {
+		return a, func() {} // b never ends
+	}
 	ctx, cancel := context.WithCancelCause(a)
 	stop := context.AfterFunc(b, func() { cancel(context.Cause(b)) })
 	return ctx, func() { stop(); cancel(context.Canceled) }
