@@ -180,5 +180,6 @@ creates tables named accounts in those databases (drop them first).`,
 	f.StringVar(&dir, "dir", "/var/tmp", "where the decision logs live during the run (a real disk, not tmpfs)")
 	f.BoolVar(&skipLog, "skip-log", false, "skip the decision-log-only measurement")
 	cmd.AddCommand(newBenchSink(g))
+	cmd.AddCommand(newBenchScale(g))
 	return cmd
 }
