@@ -54,6 +54,7 @@ import (
 
 	xamysql "github.com/xadb/xa/drivers/mysql"
 	xapg "github.com/xadb/xa/drivers/postgres"
+	"github.com/xadb/xa/internal/lab/servercpu"
 	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/recovery/filelog"
 	"github.com/xadb/xa/xa"
@@ -129,6 +130,9 @@ type Setup struct {
 	rawLogFD  int
 	gidPrefix string
 	gidSeq    atomic.Uint64
+
+	pidOnce      sync.Once
+	myPID, pgPID int // the servers' process ids, 0 if not on this machine
 }
 
 // Open connects to both databases and creates the accounts tables (rows
@@ -390,6 +394,10 @@ type Stats struct {
 	// CPU is this process's CPU time (user and system, every thread)
 	// over the window divided by Ops: the client's cost of a transfer.
 	CPU time.Duration
+	// MySQLCPU and PostgresCPU are the servers' CPU time over the window
+	// divided by Ops (PostgreSQL's: every process of the server), -1 when
+	// the server does not run on this machine.
+	MySQLCPU, PostgresCPU time.Duration
 	// Participants per transfer.
 	Participants int
 }
@@ -653,9 +661,9 @@ func (s *Setup) Measure(ctx context.Context, m Mode, workers int, d time.Duratio
 		})
 	}
 	sleepUntil(ctx, start.Add(d/5))
-	from, cpu0 := time.Now(), processCPU()
+	from, cpu0, srv0 := time.Now(), processCPU(), s.serversCPU(ctx)
 	sleepUntil(ctx, stop)
-	to, cpu1 := time.Now(), processCPU()
+	to, cpu1, srv1 := time.Now(), processCPU(), s.serversCPU(ctx)
 	wg.Wait()
 	st := Stats{Mode: m, Workers: workers, Elapsed: to.Sub(from), Participants: s.participants()}
 	lat := make([]time.Duration, 0, len(all))
@@ -673,8 +681,16 @@ func (s *Setup) Measure(ctx context.Context, m Mode, workers int, d time.Duratio
 	if st.Elapsed > 0 {
 		st.TPS = float64(st.Ops) / st.Elapsed.Seconds()
 	}
+	st.MySQLCPU, st.PostgresCPU = -1, -1
 	if st.Ops > 0 {
-		st.CPU = (cpu1 - cpu0) / time.Duration(st.Ops)
+		n := time.Duration(st.Ops)
+		st.CPU = (cpu1 - cpu0) / n
+		if srv0[0] >= 0 && srv1[0] >= 0 {
+			st.MySQLCPU = (srv1[0] - srv0[0]) / n
+		}
+		if srv0[1] >= 0 && srv1[1] >= 0 {
+			st.PostgresCPU = (srv1[1] - srv0[1]) / n
+		}
 	}
 	st.P50, st.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
 	return st
@@ -687,6 +703,24 @@ func sleepUntil(ctx context.Context, t time.Time) {
 	case <-tm.C:
 	case <-ctx.Done():
 	}
+}
+
+// serversCPU returns the CPU time so far of the MySQL server and of the
+// PostgreSQL server (all their processes), -1 for one that does not run on
+// this machine. Servers of the extra participants are the same servers.
+func (s *Setup) serversCPU(ctx context.Context) [2]time.Duration {
+	s.pidOnce.Do(func() {
+		s.myPID = servercpu.MySQLPID(ctx, s.MySQL)
+		s.pgPID = servercpu.PostgresPID(ctx, s.Postgres)
+	})
+	out := [2]time.Duration{-1, -1}
+	if s.myPID > 0 {
+		out[0] = servercpu.Process(s.myPID)
+	}
+	if s.pgPID > 0 {
+		out[1] = servercpu.Tree(s.pgPID)
+	}
+	return out
 }
 
 // processCPU returns this process's CPU time so far: user and system, of

@@ -3,6 +3,8 @@ package labcli
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,6 +21,7 @@ func newBench(g *globals) *cobra.Command {
 	var d time.Duration
 	var rounds int
 	var skipLog bool
+	var modeList []string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure what atomicity costs: local commits vs hand-written 2PC vs the transaction manager",
@@ -81,20 +84,29 @@ creates tables named accounts in those databases (drop them first).`,
 				return err
 			}
 			defer s.Close()
-			res, err := bench.Compare(ctx, s, workers, d, rounds)
+			modes, err := benchModes(modeList)
+			if err != nil {
+				return err
+			}
+			res, err := bench.CompareModes(ctx, s, modes, workers, d, rounds)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "\ntransfers MySQL -> PostgreSQL, %d workers on disjoint rows, %s per mode and round, %d round(s), best round shown (load average %s):\n",
 				workers, d, rounds, bench.LoadAverage())
 			tw := table(g.stdout)
-			fmt.Fprintln(tw, "MODE\tTPS\tP50\tP99\tCPU/TX\tOPS\tERRORS")
+			fmt.Fprintln(tw, "MODE\tTPS\tP50\tP99\tCPU/TX\tMYSQL CPU/TX\tPG CPU/TX\tOPS\tERRORS")
 			for _, st := range res.Best {
-				fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%d\t%d\n", st.Mode, st.TPS, st.P50.Round(10*time.Microsecond), st.P99.Round(10*time.Microsecond),
-					st.CPU.Round(time.Microsecond), st.Ops, st.Errors)
+				fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", st.Mode, st.TPS, st.P50.Round(10*time.Microsecond), st.P99.Round(10*time.Microsecond),
+					st.CPU.Round(time.Microsecond), cpuText(st.MySQLCPU), cpuText(st.PostgresCPU), st.Ops, st.Errors)
 			}
 			tw.Flush()
-			compared := []bench.Mode{bench.RawLog, bench.TM, bench.Async, bench.Last}
+			var compared []bench.Mode
+			for _, m := range modes {
+				if m != bench.Local && m != bench.Raw {
+					compared = append(compared, m)
+				}
+			}
 			fmt.Fprint(g.stdout, "ratio to raw (TPS):")
 			for _, m := range compared {
 				fmt.Fprintf(g.stdout, "   %s %.2f", m, res.Ratio(m, bench.Raw))
@@ -179,7 +191,40 @@ creates tables named accounts in those databases (drop them first).`,
 	f.IntVar(&rounds, "rounds", 2, "rounds of all three modes (interleaved, to even out drift)")
 	f.StringVar(&dir, "dir", "/var/tmp", "where the decision logs live during the run (a real disk, not tmpfs)")
 	f.BoolVar(&skipLog, "skip-log", false, "skip the decision-log-only measurement")
+	f.StringSliceVar(&modeList, "modes", nil, "modes to measure (default all; raw is always measured, as the baseline)")
 	cmd.AddCommand(newBenchSink(g))
 	cmd.AddCommand(newBenchScale(g))
 	return cmd
+}
+
+// cpuText prints a CPU time per transaction, "-" when unknown (a server
+// on another machine).
+func cpuText(d time.Duration) string {
+	if d < 0 {
+		return "-"
+	}
+	return d.Round(time.Microsecond).String()
+}
+
+// benchModes returns the modes named in list, in bench.Modes order, raw
+// always among them; all of them for an empty list.
+func benchModes(list []string) ([]bench.Mode, error) {
+	if len(list) == 0 {
+		return bench.Modes, nil
+	}
+	want := map[bench.Mode]bool{bench.Raw: true}
+	for _, name := range list {
+		m := bench.Mode(strings.TrimSpace(name))
+		if !slices.Contains(bench.Modes, m) {
+			return nil, usageErr("--modes: %q is not a mode (%v)", name, bench.Modes)
+		}
+		want[m] = true
+	}
+	var out []bench.Mode
+	for _, m := range bench.Modes {
+		if want[m] {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }
