@@ -70,6 +70,12 @@ type Options struct {
 	IdentityTable string
 }
 
+// ErrNoDecisionTable is matched by the error of Open, without Init, when
+// the participant's decision table is not found under its configured name
+// (PostgreSQL: as the role's search_path resolves it). A table that exists
+// without its identity row is another error (xa.ErrIdentity alone).
+var ErrNoDecisionTable = postgres.ErrNoDecisionTable
+
 // Participant is an open participant of any kind.
 type Participant interface {
 	xa.ResourceManager

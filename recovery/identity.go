@@ -58,6 +58,31 @@ func (s *Scanner) checkIdentities(ctx context.Context) (identities, error) {
 	return ids, nil
 }
 
+// recheckParticipants reads the log's participant records again and
+// returns the configured participants, fit when ids was made, that are not
+// the recorded stores now (a participant recorded since, for the first
+// time).
+func (s *Scanner) recheckParticipants(ctx context.Context, ids identities) (map[string]error, error) {
+	recs, err := s.cfg.Log.Participants(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("recovery: reading the decision log's participant records: %w", err)
+	}
+	recorded := map[string]xa.ParticipantRecord{}
+	for _, r := range recs {
+		recorded[r.Name] = r
+	}
+	out := map[string]error{}
+	for _, rm := range s.cfg.Participants {
+		if ids.participants[rm.Name()] != nil {
+			continue
+		}
+		if err := participantIdentity(rm, recorded); err != nil {
+			out[rm.Name()] = err
+		}
+	}
+	return out, nil
+}
+
 // participantIdentity says why rm may not be acted on, or nil: it answers
 // with the identity the log recorded under its name, or the log recorded
 // none (a participant no transaction of this log prepared a branch on, or

@@ -236,3 +236,138 @@ func TestClockBehindTheLog(t *testing.T) {
 		t.Fatalf("branches %+v; want both rolled back", rep.Branches)
 	}
 }
+
+// listHook is a participant that runs a function when it is listed: what
+// happens elsewhere between the scan's identity check and its fence.
+type listHook struct {
+	idRM
+	onList func()
+}
+
+func (r listHook) Recover(ctx context.Context) ([]xa.PreparedBranch, error) {
+	r.onList()
+	return r.idRM.Recover(ctx)
+}
+
+// A scan checks the decision tables the log delegated to when it starts,
+// and reads the delegations again before it takes the fence (a delegation
+// is durable before any branch it concerns is prepared). A delegation that
+// appears in between — a coordinator whose clock runs behind the
+// scanner's records its first last-resource delegation to pg while the
+// scan lists maria — names table T, while this scanner's pg reaches
+// another table (another role's search_path). The fence must not be taken
+// in that table: it would say "no decision" for a commit stored in T, and
+// maria's branch would be rolled back while pg commits. Before, the scan
+// claimed its marker in the unchecked table, logged the abort and rolled
+// maria back.
+func TestFenceChecksADelegationRecordedDuringTheScan(t *testing.T) {
+	ctx := context.Background()
+	log := oldLog(t, "n1", 2*time.Hour)
+	mariaDB, pgDB := memrm.NewDB(), memrm.NewDB()
+	pg := idRM{RM: memrm.New("pg", pgDB, nil).EnableLastResource(), id: storeID(t, "bank"), tableID: storeID(t, "").ID}
+	recorded := storeID(t, "").ID // the table the coordinator commits into
+	maria := listHook{idRM: idRM{RM: memrm.New("maria", mariaDB, nil), id: storeID(t, "maria")}, onList: func() {
+		if err := log.LogDelegation(ctx, xa.Delegation{Participant: "pg", Table: "app.xa_decisions", TableID: recorded}); err != nil {
+			t.Error(err)
+		}
+	}}
+	for _, p := range []xa.ParticipantRecord{{Name: "maria", Identity: maria.id}, {Name: "pg", Identity: pg.id}} {
+		if err := log.LogParticipant(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, _ := xa.NewGlobalID("n1", time.Now().Add(-time.Hour))
+	x0 := xa.BranchRef{ID: g, Index: 0, Log: log.Identity().ID}.XID()
+	preparedRef(t, maria.RM, xa.BranchRef{ID: g, Index: 0, Log: log.Identity().ID})
+	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{maria, pg}, Log: log, Grace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := sc.Scan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if aborts, _ := log.Aborts(ctx); len(aborts) != 0 || pgDB.AbortMarkers() != 0 || len(mariaDB.Prepared()) != 1 {
+		t.Fatalf("the fence was taken in a decision table that is not the delegated one: aborts %v, markers in it %d, maria prepared %v (branches %+v)",
+			aborts, pgDB.AbortMarkers(), mariaDB.Prepared(), rep.Branches)
+	}
+	if len(rep.Branches) != 1 || rep.Branches[0].Verdict != recovery.Blocked || !strings.Contains(rep.Branches[0].Reason, "app.xa_decisions") {
+		t.Fatalf("branches = %+v; want maria's blocked, naming the recorded table", rep.Branches)
+	}
+	// A forced rollback by hand claims nothing in the other table either.
+	if _, err := sc.Resolve(ctx, x0, xa.OutcomeRollback, recovery.ResolveOptions{Force: true}); pgDB.AbortMarkers() != 0 {
+		t.Fatalf("forced rollback: %v, markers %d; want nothing claimed in a table that is not the delegated one", err, pgDB.AbortMarkers())
+	}
+}
+
+// decisionsHook is a decision store that runs a function before its
+// decisions are read.
+type decisionsHook struct {
+	idRM
+	before func()
+}
+
+func (r *decisionsHook) Decisions(ctx context.Context) ([]xa.CommitRecord, error) {
+	r.before()
+	return r.idRM.Decisions(ctx)
+}
+
+// The scan compares the participants with the log's records, then reads
+// the decisions stored in last resources. A coordinator that records maria
+// for the first time in between (a new log, or a participant new to it),
+// prepares maria's branch and commits last in pg leaves a decision the
+// scan reads, naming a participant whose record the scan did not see. This
+// scanner's maria reaches a staging database, which lists nothing: the
+// decision must not be forgotten on its strength (maria's real branch
+// would then have no decision and be presumed aborted, with pg
+// committed). Before, the scan forgot it.
+func TestStoredDecisionNamingAParticipantRecordedDuringTheScan(t *testing.T) {
+	ctx := context.Background()
+	log := oldLog(t, "n1", 2*time.Hour)
+	realMaria := idRM{RM: memrm.New("maria", memrm.NewDB(), nil), id: storeID(t, "maria")}
+	staging := idRM{RM: memrm.New("maria", memrm.NewDB(), nil), id: storeID(t, "staging")}
+	pgDB := memrm.NewDB()
+	table := storeID(t, "").ID
+	pgRM := idRM{RM: memrm.New("pg", pgDB, nil).EnableLastResource(), id: storeID(t, "bank"), tableID: table}
+	if err := log.LogParticipant(ctx, xa.ParticipantRecord{Name: "pg", Identity: pgRM.id}); err != nil {
+		t.Fatal(err)
+	}
+	if err := log.LogDelegation(ctx, xa.Delegation{Participant: "pg", Table: "public.xa_decisions", TableID: table}); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := xa.NewGlobalID("n1", time.Now())
+	ref := xa.BranchRef{ID: g, Index: 0, Log: log.Identity().ID}
+	pg := &decisionsHook{idRM: pgRM, before: func() {
+		// The coordinator, while the scan runs.
+		if err := log.LogParticipant(ctx, xa.ParticipantRecord{Name: "maria", Identity: realMaria.id}); err != nil {
+			t.Error(err)
+		}
+		x0 := preparedRef(t, realMaria.RM, ref)
+		b, err := pgRM.Start(ctx, xa.BranchRef{ID: g, Index: 1, Log: log.Identity().ID}.XID())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := b.(*memrm.Branch).Put(ctx, 1, 1); err != nil {
+			t.Error(err)
+		}
+		if err := b.(xa.LastResource).CommitLast(ctx, xa.CommitRecord{ID: g, Logged: time.Now(), Branches: []xa.BranchRecord{{RM: "maria", XID: x0}}}); err != nil {
+			t.Error(err)
+		}
+	}}
+	sc, err := recovery.New(recovery.Config{Participants: []xa.ResourceManager{staging, pg}, Log: log, Grace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := sc.Scan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := pgRM.Decision(ctx, g); !ok {
+		t.Fatalf("the decision of %s, whose maria branch is prepared on the recorded database, was forgotten while maria reached a staging database (forgotten %v, kept %+v)",
+			g, rep.Forgotten, rep.Kept)
+	}
+	if !errors.Is(rep.Mismatched["maria"], xa.ErrIdentity) {
+		t.Fatalf("Mismatched = %v; want maria", rep.Mismatched)
+	}
+}

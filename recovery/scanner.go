@@ -361,6 +361,8 @@ type scanState struct {
 	// Of those, transactions with a branch still listed after the fence
 	// (rolledBack), and those with one found gone (vanished).
 	rolledBack, vanished map[string]bool
+	// lease says when presumed abort may happen (lease.go).
+	lease leaseView
 }
 
 func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
@@ -382,6 +384,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	for _, a := range aborts {
 		st.aborts[a.ID.String()] = a
 	}
+	st.lease = s.presumption(ctx)
 	if st.handCommits, err = s.handCommits(ctx); err != nil {
 		return rep, err
 	}
@@ -429,6 +432,26 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 			st.inStore[r.ID.String()] = ds
 			recs = append(recs, r)
 		}
+	}
+	// The decisions just read from the stores may be younger than the
+	// participant records compared above (a coordinator that used a
+	// participant for the first time since): it records a participant
+	// before it prepares there, so the records read now cover every
+	// branch those decisions name.
+	later, err := s.recheckParticipants(ctx, ids)
+	if err != nil {
+		return rep, err
+	}
+	for name, err := range later {
+		ids.participants[name] = err
+		st.unfit[name] = err
+		delete(st.stores, name)
+		if rep.Mismatched == nil {
+			rep.Mismatched = map[string]error{}
+		}
+		rep.Mismatched[name] = err
+		rep.Errors = append(rep.Errors, err)
+		s.log.Error("participant not acted on: it is not the store the decision log recorded", "rm", name, "err", err)
 	}
 	var why []string
 	for _, d := range delegations {
@@ -708,12 +731,12 @@ func (s *Scanner) judge(st *scanState, b *Branch, ref xa.BranchRef, rec xa.Commi
 	case ref.Log != s.ident.ID:
 		b.Verdict = OtherLog
 		b.Reason = fmt.Sprintf("belongs to decision log %s; this is log %s: recover it with that log", ref.Log, s.ident.ID)
-	case ref.ID.Begun.Before(s.ident.Created.Truncate(time.Millisecond)):
+	case s.predates(ref.ID.Begun):
 		b.Verdict = Predates
 		b.Reason = fmt.Sprintf("began %s, before this log was created (%s)", ref.ID.Begun.UTC().Format(time.RFC3339), s.ident.Created.UTC().Format(time.RFC3339))
-	case !b.AgeKnown || b.Age <= s.cfg.Grace:
+	case st.lease.wait(!b.AgeKnown || b.Age <= s.cfg.Grace):
 		b.Verdict = Wait
-		b.Reason = fmt.Sprintf("no decision yet; presumed aborted once older than %v", s.cfg.Grace)
+		b.Reason = st.lease.waitReason(s.cfg.Grace)
 	case st.blocked != "":
 		b.Verdict = Blocked
 		b.Reason = st.blocked
@@ -856,7 +879,7 @@ func handCommitReason(hr xa.HeuristicRecord) string {
 // but not configured here blocks it, unless forced (an operator's forced
 // rollback): then the fence is what can be claimed.
 func (s *Scanner) takeFence(ctx context.Context, st *scanState, b *Branch, forced bool) (xa.CommitRecord, bool, error) {
-	reason := fmt.Sprintf("presumed abort: prepared on %s for %v with no decision (grace %v)", b.Participant, b.Age.Round(time.Millisecond), s.cfg.Grace)
+	reason := st.lease.abortReason(b.Participant, b.Age, s.cfg.Grace)
 	if forced {
 		reason = fmt.Sprintf("forced rollback of %s on %s by an operator", b.Prepared.XID, b.Participant)
 	}
@@ -868,6 +891,17 @@ func (s *Scanner) takeFence(ctx context.Context, st *scanState, b *Branch, force
 		return xa.CommitRecord{}, false, fmt.Errorf("recovery: reading the decision log's delegations: %w", err)
 	}
 	for _, d := range delegations {
+		// A delegation recorded since the scan compared the decision
+		// tables with the log's (a coordinator delegated for the first
+		// time while this scan listed) was not compared: the table this
+		// participant reaches may be another one, and a marker there
+		// fences nothing.
+		if ds := st.stores[d.Participant]; ds != nil && d.TableID != "" {
+			if err := tableIdentity(s.participant(d.Participant), d); err != nil {
+				st.unfit[d.Participant] = err
+				delete(st.stores, d.Participant)
+			}
+		}
 		if st.stores[d.Participant] == nil && !forced {
 			b.Verdict = Blocked
 			b.Reason = s.undelegated(st, d.Participant)

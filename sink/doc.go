@@ -28,7 +28,11 @@
 // multi-row INSERT/UPSERT (MySQL) or COPY/batched UPSERT (PostgreSQL) in
 // one XA branch per target and checkpoint. The progress target holds
 // xa_sink_progress (positions and epochs), xa_sink_decisions (commit
-// decisions and abort markers) and xa_sink_instances (Setup creates them).
+// decisions and abort markers), xa_sink_instances and xa_sink_generations
+// (Setup creates them); Bind binds every target to the progress store
+// (xa_sink_bindings, in each target and copied in the progress store), and
+// every instance start and restore checks those identities (Verify), so
+// that decisions are trusted only from the store that made them.
 // A checkpoint's decision moves its partitions' positions under their
 // epochs and inserts the decision row in one local transaction, one round
 // trip; a takeover raises the epochs, so a zombie's decision fails
@@ -40,7 +44,9 @@
 //
 // # Operating it
 //
+//	err := sink.Setup(ctx, progressTarget) // once (xactl sink setup)
 //	s, err := sink.Open(ctx, sink.Config{Name: "orders", Targets: ..., Tables: ...})
+//	_, err = s.Bind(ctx)                   // once, and after adding a target
 //	err = s.Run(ctx, source, sink.RunOptions{Observer: metrics})
 //	st, err := s.Status(ctx) // progress per partition, instances, orphaned branches
 //

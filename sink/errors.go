@@ -16,8 +16,10 @@ var (
 	// by another instance (its epoch moved on): the instance is a zombie
 	// and stops. Run returns an error matching it. Nothing it wrote after
 	// the takeover lands. An external member's Commit returns it when a
-	// later generation has started: the member is a zombie, and that
-	// generation's Restore finishes the checkpoint.
+	// generation above the member's has started, whoever's handle it
+	// commits: the member is a zombie, and that generation's Restore
+	// finishes or fences the checkpoint. Sink.External returns it for a
+	// generation below the highest registered.
 	ErrFenced = errors.New("sink: fenced: every partition of this instance was taken over")
 
 	// ErrAborted is matched by every *AbortError: a checkpoint was rolled

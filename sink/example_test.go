@@ -48,6 +48,11 @@ func ExampleSink_Run() {
 		log.Fatal(err)
 	}
 	defer s.Close()
+	// Its targets bound to its progress target, once (xactl sink setup
+	// does the same): every start checks them.
+	if _, err := s.Bind(ctx); err != nil {
+		log.Fatal(err)
+	}
 	m := metrics.NewSink(prometheus.NewRegistry(), cfg.Name)
 	src := gensource.New(gensource.Config{Records: 1000, Partitions: 2})
 	if err := s.Run(ctx, src, sink.RunOptions{CheckpointRecords: 250, Observer: otelxa.SinkObserver(nil, cfg.Name, m)}); err != nil {

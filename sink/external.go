@@ -138,7 +138,9 @@ func (e *External[H]) PreCommit(ctx context.Context, checkpoint uint64) (H, erro
 // earlier pending handle first, in order (checkpoint h's completion
 // completes them). A handle this External does not hold (one restored from
 // state, or another member's) is committed as given. Committing a
-// committed handle again only repeats phase two.
+// committed handle again only repeats phase two. A handle not decided yet
+// is refused (ErrFenced) once a generation above this member's has
+// registered, whoever's handle it is: the member is then a zombie.
 func (e *External[H]) Commit(ctx context.Context, h H) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -157,9 +159,15 @@ func (e *External[H]) Commit(ctx context.Context, h H) error {
 	return e.c.Commit(ctx, h)
 }
 
-// Abort rolls h back (its checkpoint failed). If h is the handle this
-// External holds pending for its checkpoint, it is pending no more; a
-// handle of another member leaves this one's pending handle alone.
+// Abort rolls h back (its checkpoint failed): it claims h's abort marker,
+// so that h can never commit afterwards (a later Commit or Restore with h
+// returns ErrAborted). If h is the handle this External holds pending for
+// its checkpoint, it is pending no more; a handle of another member leaves
+// this one's pending handle alone. The sink cannot tell whether the
+// caller's checkpoint completed: abort only a handle whose checkpoint will
+// never complete, keep it out of every checkpoint state, and write its
+// records again (or restart from an earlier checkpoint) before committing
+// a later one, which does not bring them back (docs/sink.md).
 func (e *External[H]) Abort(ctx context.Context, h H) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -1,6 +1,7 @@
 package sink_test
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/sink/filesource"
@@ -349,5 +351,287 @@ func TestFileSource(t *testing.T) {
 		if err != nil || p.Position != itoa(int(fi.Size())) {
 			t.Errorf("progress of %s: %s, want the file's size (%v)", p.Partition, p.Position, err)
 		}
+	}
+}
+
+// TestExternalZombieCommitter: a committer of an earlier generation lands
+// nothing after a restart began, whoever's handle it commits (issue 13,
+// item 4). Members 0 and 1 of generation 1; member 1 is the job's global
+// committer (one committer may commit every member's handles). Checkpoint
+// 5 completes and is committed. Checkpoint 6 is pre-committed, but the
+// job restarts from checkpoint 5: generation 2 registers. The zombie
+// committer of generation 1 then commits member 0's handle of checkpoint
+// 6. Before, the generation fence covered a member deciding its own
+// handles only: the decision landed, generation 2's Restore found it
+// decided, committed it, and the replay of checkpoint 6's records wrote
+// them again (900 rows for 600 records). Now the decision is refused in
+// the database (ErrFenced), Restore fences checkpoint 6, and the replay
+// writes each record once. Registering a generation again is refused
+// too: an earlier one (ErrFenced) and one a member registered already
+// (ErrConfig).
+func TestExternalZombieCommitter(t *testing.T) {
+	t.Parallel()
+	for _, progress := range progressTargets {
+		t.Run(progress, func(t *testing.T) {
+			t.Parallel()
+			externalZombieCommitter(t, progress)
+		})
+	}
+}
+
+func externalZombieCommitter(t *testing.T, progress string) {
+	e := newEnvOn(t, progress)
+	recs := records(gen(600, 3))
+	ctx := testCtx(t)
+	s1 := e.open()
+	var gen1 [2]*sink.External[sink.Handle]
+	for m := range gen1 {
+		x, err := s1.External(ctx, uint32(m), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Restore(ctx, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		gen1[m] = x
+	}
+	// Member 0 writes, member 1 pre-commits empty transactions; member 1
+	// commits both members' handles.
+	checkpoint := func(xs [2]*sink.External[sink.Handle], from, to int, cp uint64) [2]sink.Handle {
+		t.Helper()
+		if err := xs[0].Write(ctx, recs[from:to]); err != nil {
+			t.Fatal(err)
+		}
+		var hs [2]sink.Handle
+		for m, x := range xs {
+			h, err := x.PreCommit(ctx, cp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs[m] = roundTrip(t, h)
+		}
+		return hs
+	}
+	h5 := checkpoint(gen1, 0, 300, 5)
+	for _, h := range h5 {
+		if err := gen1[1].Commit(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h6 := checkpoint(gen1, 300, 600, 6)
+
+	// The job restarts from checkpoint 5: generation 2 registers.
+	s2 := e.open()
+	var gen2 [2]*sink.External[sink.Handle]
+	for m := range gen2 {
+		x, err := s2.External(ctx, uint32(m), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen2[m] = x
+	}
+	// The zombie committer of generation 1 commits member 0's handle of
+	// checkpoint 6.
+	zerr := gen1[1].Commit(ctx, h6[0])
+	t.Logf("the generation-1 committer's Commit of member 0's checkpoint 6 after generation 2 registered: %v", zerr)
+	if !errors.Is(zerr, sink.ErrFenced) {
+		t.Errorf("the zombie committer's Commit of another member's handle: %v, want ErrFenced", zerr)
+	}
+	// A generation is registered once per member, and never below the
+	// highest.
+	if _, err := s2.External(ctx, 0, 1); !errors.Is(err, sink.ErrFenced) {
+		t.Errorf("registering generation 1 after generation 2: %v, want ErrFenced", err)
+	} else {
+		t.Logf("generation 1 again: %v", err)
+	}
+	if _, err := s2.External(ctx, 0, 2); !errors.Is(err, sink.ErrConfig) {
+		t.Errorf("registering member 0 of generation 2 again: %v, want ErrConfig", err)
+	} else {
+		t.Logf("member 0 of generation 2 again: %v", err)
+	}
+	if _, err := s2.External(ctx, 2, 2); err != nil {
+		t.Errorf("a new member of generation 2: %v", err)
+	}
+	sink.Abandon(s1)
+
+	// Generation 2 restores from checkpoint 5 and replays checkpoint 6's
+	// records.
+	for m, x := range gen2 {
+		if err := x.Restore(ctx, []sink.Handle{h5[m]}, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h7 := checkpoint(gen2, 300, 600, 7)
+	for m, h := range h7 {
+		if err := gen2[m].Commit(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.settle(s2)
+	my, pg := e.counts()
+	t.Logf("after the replay: %s %v, %s %v", tgMy, my, tgPg, pg)
+	e.exactlyOnce(600)
+}
+
+// TestExternalFenceWaitsForRegistration: a zombie committer's decision
+// and a registration of a later generation run at the same time. The
+// decision reads the sink's generation fence under a shared lock, in its
+// own statement, so it waits for the registration in flight and reads
+// what it committed: refused. (A plain read of the registered generations
+// would see the registration's snapshot-old state and decide: then the
+// registration returns, the new generation's Restore finds the checkpoint
+// decided and commits it, and the caller's replay duplicates its
+// records.) The registration in flight is held open by hand: its
+// transaction has raised the fence row and not committed yet.
+func TestExternalFenceWaitsForRegistration(t *testing.T) {
+	t.Parallel()
+	for _, progress := range progressTargets {
+		t.Run(progress, func(t *testing.T) {
+			t.Parallel()
+			e := newEnvOn(t, progress)
+			ctx := testCtx(t)
+			s := e.open()
+			x, err := s.External(ctx, 0, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := x.Restore(ctx, nil, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := x.Write(ctx, records(gen(30, 3))); err != nil {
+				t.Fatal(err)
+			}
+			h, err := x.PreCommit(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A registration of generation 2, in flight.
+			commit := e.holdFence(ctx, 2)
+			done := make(chan error, 1)
+			go func() { done <- x.Commit(ctx, h) }()
+			select {
+			case err := <-done:
+				commit()
+				t.Fatalf("the decision did not wait for the registration in flight: Commit returned %v", err)
+			case <-time.After(time.Second):
+			}
+			commit()
+			err = <-done
+			t.Logf("Commit once the registration committed: %v", err)
+			if !errors.Is(err, sink.ErrFenced) {
+				t.Fatalf("Commit: %v, want ErrFenced", err)
+			}
+			sink.Abandon(s)
+			// Generation 2's Restore from no checkpoint fences it.
+			s2 := e.open()
+			x2, err := s2.External(ctx, 0, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := x2.Restore(ctx, nil, 0); err != nil {
+				t.Fatal(err)
+			}
+			e.settle(s2)
+			if my, pg := e.counts(); my.rows != 0 || pg.rows != 0 {
+				t.Fatalf("the refused checkpoint landed: %v, %v", my, pg)
+			}
+		})
+	}
+}
+
+// holdFence raises the sink's generation fence to generation in a
+// transaction left open, as a registration in flight; the function
+// returned commits it.
+func (e *env) holdFence(ctx context.Context, generation int) (commit func()) {
+	e.t.Helper()
+	const q = "UPDATE xa_sink_generations SET generation = %d WHERE sink = '%s'"
+	if e.cfg.Progress == tgPg {
+		c, err := pgxConnect(ctx, e.pg.DSN())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if tag, err := tx.Exec(ctx, fmt.Sprintf(q, generation, e.name)); err != nil || tag.RowsAffected() != 1 {
+			e.t.Fatalf("raising the fence: %v, %v", tag, err)
+		}
+		return func() {
+			if err := tx.Commit(context.Background()); err != nil {
+				e.t.Error(err)
+			}
+			c.Close(context.Background())
+		}
+	}
+	db, err := sql.Open("mysql", e.my.DSN())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if res, err := tx.ExecContext(ctx, fmt.Sprintf(q, generation, e.name)); err != nil {
+		e.t.Fatalf("raising the fence: %v", err)
+	} else if n, _ := res.RowsAffected(); n != 1 {
+		e.t.Fatalf("raising the fence: %d rows", n)
+	}
+	return func() {
+		if err := tx.Commit(); err != nil {
+			e.t.Error(err)
+		}
+		db.Close()
+	}
+}
+
+// TestExternalAbortIsFinal: Abort of a pre-committed handle is final, and
+// a caller that keeps the handle in its checkpoint state anyway (a
+// Flink-style caller that aborted a checkpoint it still holds pending) is
+// told so, loudly, rather than having half of it land: the handle's
+// Commit returns ErrAborted, and so does a Restore from a state that
+// names it; none of its rows land (docs/sink.md: aborting only a handle
+// whose checkpoint will never complete is the caller's duty).
+func TestExternalAbortIsFinal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testCtx(t)
+	recs := records(gen(300, 3))
+	s := e.open()
+	x, err := s.External(ctx, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Restore(ctx, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Write(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	h, err := x.PreCommit(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = roundTrip(t, h)
+	if err := x.Abort(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Commit(ctx, h); !errors.Is(err, sink.ErrAborted) {
+		t.Errorf("Commit of an aborted handle: %v, want ErrAborted", err)
+	}
+	sink.Abandon(s)
+	s2 := e.open()
+	x2, err := s2.External(ctx, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = x2.Restore(ctx, []sink.Handle{h}, 3)
+	t.Logf("Restore from a state naming the aborted handle: %v", err)
+	if !errors.Is(err, sink.ErrAborted) {
+		t.Errorf("Restore with an aborted handle: %v, want ErrAborted", err)
+	}
+	e.settle(s2)
+	if my, pg := e.counts(); my.rows != 0 || pg.rows != 0 {
+		t.Errorf("the aborted checkpoint landed: %v, %v", my, pg)
 	}
 }

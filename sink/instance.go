@@ -512,14 +512,17 @@ func (h Handle) id() uint64 {
 // External, the caller's completed checkpoint is the decision and the row
 // only records it: the marker is never claimed here (that could abort a
 // completed checkpoint), the decision is retried until it is known to be
-// stored, and a refusal because a later generation has started leaves the
-// branches prepared for that generation's Restore.
+// stored, and a refusal because a generation above the committer's has
+// started (whoever's handle it is: the committer's generation is the
+// fence) leaves the branches prepared for that generation's Restore.
 func (in *instance) decide(ctx context.Context, h Handle, t *txn) error {
 	ref := Ref{Incarnation: h.Incarnation}
 	d := decision{sink: h.Sink, inc: h.Incarnation, txn: h.Txn, parts: h.Partitions, origins: encodeOrigins(h.Branches),
-		external: ref.External(), generation: ref.Generation(), checkpoint: h.Checkpoint,
-		fenceGeneration: ref.External() && h.Incarnation == in.inc}
+		external: ref.External(), generation: ref.Generation(), checkpoint: h.Checkpoint, committer: in.generation}
 	if d.external {
+		if !in.external {
+			return fmt.Errorf("%w: an external member's handle (%s) given to a self-driven instance", ErrConfig, h.Ref(""))
+		}
 		return in.decideExternal(ctx, h, t, d)
 	}
 	err := in.s.st.decide(ctx, d)
@@ -553,8 +556,8 @@ func (in *instance) decideExternal(ctx context.Context, h Handle, t *txn, d deci
 			return nil
 		}
 		if errors.Is(err, errEpochMoved) {
-			return fmt.Errorf("sink: checkpoint %d: %w: a later generation has started, whose Restore finishes this checkpoint (%v)",
-				h.id(), ErrFenced, err)
+			return fmt.Errorf("sink: checkpoint %d: %w: a generation above the committer's (%d) has started, whose Restore finishes or fences this checkpoint (%v)",
+				h.id(), ErrFenced, in.generation, err)
 		}
 		// Stored already (an earlier attempt, or another process), or a
 		// marker: read the key. Nothing there: try again (a decision
@@ -568,7 +571,7 @@ func (in *instance) decideExternal(ctx context.Context, h Handle, t *txn, d deci
 				return nil
 			}
 			in.rollback(ctx, h, t)
-			return &AbortError{Checkpoint: h.id(), Reason: fmt.Errorf("%w: a Restore fenced it", ErrAbortMarked)}
+			return &AbortError{Checkpoint: h.id(), Reason: fmt.Errorf("%w: a Restore fenced it, or Abort aborted it", ErrAbortMarked)}
 		}
 	}
 	return &unresolvedError{checkpoint: h.id(), err: fmt.Errorf("the decision could not be stored (Commit may be called again): %w", err)}
@@ -796,6 +799,10 @@ func (in *instance) Take(ctx context.Context, partitions []string) (map[string]s
 		if err == nil {
 			break
 		}
+		if errors.Is(err, xa.ErrIdentity) {
+			// Not the stores the sink was set up with: read nothing.
+			return nil, err
+		}
 		if time.Now().After(deadline) || !sleep(ctx, backoff(attempt)) {
 			in.log.Warn("sink: restore after taking partitions left orphans; reading on", "err", err)
 			break
@@ -849,15 +856,31 @@ func (in *instance) Sweep(ctx context.Context) error {
 	return in.resolve(ctx, View{Incarnation: in.inc, InFlight: in.inFlight, Grace: in.s.cfg.RestoreGrace})
 }
 
-// AbortLingering resolves the sink's branches with the external rules.
+// AbortLingering resolves the sink's branches with the external rules,
+// retrying for up to RestoreWait what it cannot finish yet (a MySQL branch
+// whose preparing session is still closing: MariaDB, fact 7), as taking
+// partitions does. An identity error is not retried.
 func (in *instance) AbortLingering(ctx context.Context, restored uint64) error {
-	return in.resolve(ctx, View{External: true, Generation: in.generation, Restored: restored})
+	deadline := time.Now().Add(in.s.cfg.RestoreWait)
+	for attempt := 0; ; attempt++ {
+		err := in.resolve(ctx, View{External: true, Generation: in.generation, Restored: restored})
+		if err == nil || errors.Is(err, xa.ErrIdentity) || time.Now().After(deadline) || !sleep(ctx, backoff(attempt)) {
+			return err
+		}
+	}
 }
 
 // resolve is restore's step 2.
 func (in *instance) resolve(ctx context.Context, v View) error {
 	if err := in.s.check(); err != nil {
 		return err
+	}
+	// Restore acts only on the stores the sink was set up with: the
+	// progress store whose decisions it trusts, the targets whose
+	// branches it resolves (identity.go).
+	removed, err := in.s.verify(ctx)
+	if err != nil {
+		return fmt.Errorf("sink: restore refused: %w", err)
 	}
 	orphans, err := in.s.list(ctx)
 	if err != nil {
@@ -920,7 +943,12 @@ func (in *instance) resolve(ctx context.Context, v View) error {
 		}
 	}
 	if in.s.cfg.DecisionRetention > 0 && in.s.forgetDue() {
-		if why := in.s.hiddenPrepared(ctx); why != "" {
+		if len(removed) > 0 {
+			// Its branches are not listed: the decisions they may need
+			// are kept until it is configured again, or forgotten.
+			in.log.Warn("sink: keeping old decision rows: a target set up for the sink is not configured; its prepared branches are neither listed nor resolved",
+				"target", removed[0].Name, "where", removed[0].Where)
+		} else if why := in.s.hiddenPrepared(ctx); why != "" {
 			// A decided branch hidden by the server (MariaDB, fact 7)
 			// comes back after a restart, and only its decision row then
 			// says it committed.
@@ -1007,15 +1035,22 @@ func (s *Sink) list(ctx context.Context) (map[txnKey][]listed, error) {
 
 // Status reads the sink's progress and instances, and lists its prepared
 // branches with what restore would do with each (as seen by a newcomer:
-// no checkpoint of it is in flight).
+// no checkpoint of it is in flight). It checks the identities first, as a
+// restore does (Verify), and returns their error, matching
+// xa.ErrIdentity, instead of a status read from the wrong stores.
 func (s *Sink) Status(ctx context.Context) (Status, error) {
 	if err := s.check(); err != nil {
 		return Status{}, err
+	}
+	removed, err := s.verify(ctx)
+	if err != nil {
+		return Status{Sink: s.cfg.Name}, err
 	}
 	st, err := s.st.status(ctx, s.cfg.Name)
 	if err != nil {
 		return st, err
 	}
+	st.Removed = removed
 	orphans, err := s.list(ctx)
 	if err != nil {
 		return st, err

@@ -60,7 +60,13 @@ var progressTargets = []string{tgMy, tgPg}
 // newEnvOn is newEnv with the bookkeeping tables in target progress.
 func newEnvOn(t *testing.T, progress string) *env {
 	t.Helper()
-	e := &env{t: t, my: dbtest.MySQLDB(t), pg: dbtest.PostgresDB(t),
+	return newEnvWith(t, dbtest.MySQLDB(t), dbtest.PostgresDB(t), progress)
+}
+
+// newEnvWith is newEnvOn with the given databases.
+func newEnvWith(t *testing.T, my, pg *dbtest.DB, progress string) *env {
+	t.Helper()
+	e := &env{t: t, my: my, pg: pg,
 		name: fmt.Sprintf("t%d-%d", os.Getpid()%100000, sinkSeq.Add(1))}
 	ctx := testCtx(t)
 	if err := e.my.Server.Exec(ctx, e.my.Name,
@@ -93,7 +99,22 @@ func newEnvOn(t *testing.T, progress string) *env {
 	if err := sink.Setup(ctx, e.progress()); err != nil {
 		t.Fatal(err)
 	}
+	e.bind()
 	return e
+}
+
+// bind binds the sink's targets to its progress store (xactl sink setup
+// does it after Setup).
+func (e *env) bind() {
+	e.t.Helper()
+	s, err := sink.Open(testCtx(e.t), e.cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Bind(testCtx(e.t)); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // progress returns the progress target's configuration.

@@ -77,6 +77,9 @@ func writeNumbers(t *testing.T, types []numberColumn, values []string) map[strin
 		t.Fatal(err)
 	}
 	defer s.Close()
+	if _, err := s.Bind(ctx); err != nil {
+		t.Fatal(err)
+	}
 	ext, err := s.External(ctx, 1, 1)
 	if err != nil {
 		t.Fatal(err)

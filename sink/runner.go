@@ -406,10 +406,19 @@ func (x *run[H]) collect(ctx context.Context) error {
 	return nil
 }
 
+// ackTimeout bounds an acknowledgement to the source: the positions it
+// carries are a copy (the progress table is the truth, and the next
+// acknowledgement carries newer ones), and a source that does not answer
+// (Kafka cut off) must not hold the instance's loop, which would keep it
+// from learning that it was fenced.
+const ackTimeout = 5 * time.Second
+
 func (x *run[H]) acknowledge(ctx context.Context) {
 	if len(x.ack) == 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
 	if err := x.src.Committed(ctx, x.ack); err != nil {
 		x.r.opts.Logger.Warn("sink: acknowledging committed positions to the source", "err", err)
 	}

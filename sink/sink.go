@@ -67,6 +67,9 @@ type Sink struct {
 	mapFn    MapFunc
 	st       store
 	progress string
+	// tstores are the stores on the targets other than the progress
+	// target, for their bindings (identity.go).
+	tstores map[string]store
 
 	closed atomic.Bool
 	// hook is called at protocol steps (tests simulate crashes with it).
@@ -179,6 +182,15 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		return nil, err
 	}
 	s.st = st
+	s.tstores = map[string]store{}
+	for _, tc := range cfg.Targets {
+		if tc.Name == cfg.Progress {
+			continue
+		}
+		if s.tstores[tc.Name], err = storeFor(ctx, tc); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	return s, nil
 }
@@ -191,6 +203,9 @@ func (s *Sink) closeAll() {
 	}
 	if s.st != nil {
 		s.st.close()
+	}
+	for _, st := range s.tstores {
+		st.close()
 	}
 }
 
@@ -261,8 +276,13 @@ func (s *Sink) Run(ctx context.Context, src Source, opts RunOptions) error {
 // in generation: the caller runs the checkpoints (see External). Call
 // Restore on it first after a restart. The member and generation go into
 // the XIDs in place of an incarnation; a caller's restart must use a
-// higher generation. Two live members must not share a member number.
-// Like Run, it refuses tables that do not fit (ErrTable).
+// generation above every one registered for the sink (the members of one
+// restart share it). Registering raises the sink's generation fence: from
+// then on no member of an earlier generation can decide a checkpoint,
+// whoever's handle it commits. A generation below the highest registered
+// is refused with ErrFenced; a member and generation registered already
+// (a generation reused) with ErrConfig. Two live members must not share a
+// member number. Like Run, it refuses tables that do not fit (ErrTable).
 func (s *Sink) External(ctx context.Context, member, generation uint32) (*External[Handle], error) {
 	if member > MaxMember {
 		return nil, fmt.Errorf("%w: member %d above %d", ErrConfig, member, MaxMember)
@@ -276,13 +296,20 @@ func (s *Sink) External(ctx context.Context, member, generation uint32) (*Extern
 
 // newInstance checks the tables (CheckTables: a table that does not fit
 // is refused here, with ErrTable, rather than by every checkpoint, or not
-// at all: an upsert without its unique key duplicates rows on MySQL), then
+// at all: an upsert without its unique key duplicates rows on MySQL) and
+// the identities of the progress target and the targets (Verify: a
+// mismatch is refused with errors matching xa.ErrIdentity), then
 // registers the instance.
 func (s *Sink) newInstance(ctx context.Context, external bool, member, generation uint32) (*instance, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
 	if err := s.checkTables(ctx); err != nil {
+		return nil, err
+	}
+	// The progress target and the targets are the stores the sink was
+	// set up with (identity.go), before anything is written.
+	if _, err := s.verify(ctx); err != nil {
 		return nil, err
 	}
 	in := &instance{s: s, external: external, generation: generation, epochs: map[string]int64{},
@@ -294,6 +321,16 @@ func (s *Sink) newInstance(ctx context.Context, external bool, member, generatio
 	if external {
 		in.inc = ExternalIncarnation(member, generation)
 		err = s.st.register(ctx, s.cfg.Name, in.inc, s.cfg.Host, s.cfg.PID)
+		var ge *generationError
+		if errors.As(err, &ge) {
+			if errors.Is(err, errGenerationStale) {
+				err = fmt.Errorf("sink: member %d of generation %d: %w: generation %d is registered for sink %s: a restart's members use a generation above every one registered",
+					member, generation, ErrFenced, ge.highest, s.cfg.Name)
+			} else {
+				err = fmt.Errorf("%w: member %d of generation %d is registered already for sink %s: a generation is used once per member (a restart uses a generation above %d, the highest registered)",
+					ErrConfig, member, generation, s.cfg.Name, ge.highest)
+			}
+		}
 	} else {
 		in.inc, err = s.st.allocate(ctx, s.cfg.Name, s.cfg.Host, s.cfg.PID)
 	}

@@ -32,7 +32,13 @@ type store interface {
 	// allocate inserts a new instance row and returns its incarnation:
 	// one more than the sink's highest self-driven incarnation.
 	allocate(ctx context.Context, sink, host string, pid int) (uint64, error)
-	// register records an external member's incarnation (kept if there).
+	// register records an external member's incarnation and raises the
+	// sink's generation fence (xa_sink_generations) to its generation, in
+	// one transaction. It refuses, with an error matching
+	// errGenerationStale, a generation below the highest registered (a
+	// later generation has started), and, matching errGenerationReused,
+	// an incarnation (member and generation) registered already; both
+	// wrap a *generationError.
 	register(ctx context.Context, sink string, inc uint64, host string, pid int) error
 	// take raises the epoch of each partition and makes inc its owner,
 	// creating missing rows (epoch 1, empty position), and returns the
@@ -43,7 +49,10 @@ type store interface {
 	// decide is step 3: in one round trip, move the positions and insert
 	// the decision row. An error matching errEpochMoved: nothing was
 	// committed, a partition's row no longer carries the epoch and owner
-	// (or, external, a later generation is registered).
+	// (or, external, a generation above the committer's is registered:
+	// read under a shared lock of the sink's generation fence row, which
+	// register raises under an exclusive one, so that a registration
+	// either sees the decision committed or refuses it).
 	// Any other error: the decision may or may not have committed (claim
 	// settles it).
 	decide(ctx context.Context, d decision) error
@@ -61,6 +70,18 @@ type store interface {
 	forget(ctx context.Context, sink string, age time.Duration, keep []txnKey) (int, error)
 	// status reads the progress and instance rows.
 	status(ctx context.Context, sink string) (Status, error)
+	// bindings returns the sink's rows of xa_sink_bindings in this
+	// store, by target (none, without an error, when the table is
+	// missing).
+	bindings(ctx context.Context, sink string) (map[string]binding, error)
+	// bind creates xa_sink_bindings if missing and stores b: a new row,
+	// or the participant id of a row of the same ids that has none.
+	bind(ctx context.Context, b binding) error
+	// unbind deletes the sink's row of target.
+	unbind(ctx context.Context, sink, target string) error
+	// describe says which store this is, for operators: kind, database,
+	// server, schema.
+	describe(ctx context.Context) (string, error)
 	close()
 }
 
@@ -91,11 +112,32 @@ type decision struct {
 	external   bool
 	generation uint32
 	checkpoint uint64
-	// fenceGeneration (external): refuse the decision (errEpochMoved)
-	// if a later generation of the sink is registered: a member deciding
-	// its own checkpoint is then a zombie.
-	fenceGeneration bool
+	// committer (external) is the generation of the member that
+	// commits the handle, whoever's handle it is (its own, another
+	// member's, or one restored from a checkpoint): the decision is
+	// refused (errEpochMoved) once a generation above it is registered:
+	// the committer is then a zombie of a job that restarted.
+	committer uint32
 }
+
+// Errors of register: the generation is below the highest registered, or
+// the member registered this generation already.
+var (
+	errGenerationStale  = errors.New("sink: a later generation is registered")
+	errGenerationReused = errors.New("sink: the member registered this generation already")
+)
+
+// generationError is register's refusal.
+type generationError struct {
+	reason  error // errGenerationStale or errGenerationReused
+	highest uint32
+}
+
+func (e *generationError) Error() string {
+	return fmt.Sprintf("%v (the highest generation registered for the sink is %d)", e.reason, e.highest)
+}
+
+func (e *generationError) Unwrap() error { return e.reason }
 
 // lowWord masks an external incarnation's generation.
 const lowWord = 1<<32 - 1
@@ -108,6 +150,11 @@ type Status struct {
 	// Branches are the sink's prepared branches on its targets, with
 	// what restore would do with each; filled by Sink.Status only.
 	Branches []BranchStatus
+	// Removed are the targets set up for the sink that the configuration
+	// no longer has (Sink.Status only): their prepared branches are
+	// neither listed nor resolved, and restore forgets no decision while
+	// there is one.
+	Removed []RemovedTarget
 }
 
 // PartitionStatus is one row of xa_sink_progress.
@@ -201,8 +248,9 @@ func storeFor(ctx context.Context, c TargetConfig) (store, error) {
 }
 
 // Setup creates the sink's tables (xa_sink_progress, xa_sink_decisions,
-// xa_sink_instances) in the progress target if they are missing. It is
-// idempotent; run it once before the first instance (xactl sink setup).
+// xa_sink_instances, xa_sink_generations) in the progress target if they
+// are missing. It is idempotent; run it once before the first instance
+// (xactl sink setup), and again after an upgrade that adds a table.
 func Setup(ctx context.Context, progress TargetConfig) error {
 	if err := progress.validate(); err != nil {
 		return err
@@ -216,7 +264,9 @@ func Setup(ctx context.Context, progress TargetConfig) error {
 }
 
 // Tables lists the bookkeeping tables Setup creates.
-func Tables() []string { return []string{"xa_sink_progress", "xa_sink_decisions", "xa_sink_instances"} }
+func Tables() []string {
+	return []string{"xa_sink_progress", "xa_sink_decisions", "xa_sink_instances", "xa_sink_generations"}
+}
 
 // TablesExist reports, for each of names ("table" or "schema.table"),
 // whether target t holds it, as the sink's statements would find it.

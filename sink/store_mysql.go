@@ -39,11 +39,16 @@ var myDDL = []string{
 		"incarnation BIGINT NOT NULL, started DATETIME(6) NOT NULL, " +
 		"host VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL, pid INT NOT NULL, " +
 		"PRIMARY KEY (sink, incarnation)) ENGINE=InnoDB",
+	"CREATE TABLE IF NOT EXISTS xa_sink_generations (" +
+		"sink VARCHAR(24) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, " +
+		"generation BIGINT NOT NULL, updated DATETIME(6) NOT NULL, " +
+		"PRIMARY KEY (sink)) ENGINE=InnoDB",
 }
 
 // MySQL error numbers the store tells apart.
 const (
 	myBadNull   = 1048 // ER_BAD_NULL_ERROR
+	myNoTable   = 1146 // ER_NO_SUCH_TABLE
 	myDupEntry  = 1062 // ER_DUP_ENTRY
 	myLockWait  = 1205 // ER_LOCK_WAIT_TIMEOUT
 	myDeadlock  = 1213 // ER_LOCK_DEADLOCK
@@ -126,10 +131,54 @@ func (s *myStore) allocate(ctx context.Context, sink, host string, pid int) (uin
 	return 0, fmt.Errorf("sink: allocating an incarnation: %w", err)
 }
 
+// register: see pgStore.register. The fence row is created (from the
+// instance rows' highest generation) and locked FOR UPDATE first.
 func (s *myStore) register(ctx context.Context, sink string, inc uint64, host string, pid int) error {
-	_, err := s.db.ExecContext(ctx, "INSERT INTO xa_sink_instances (sink, incarnation, started, host, pid) VALUES (?, ?, UTC_TIMESTAMP(6), ?, ?) "+
-		"ON DUPLICATE KEY UPDATE sink = sink", sink, int64(inc), host, pid)
+	gen := int64(inc & lowWord)
+	var err error
+	for attempt := range 5 {
+		if attempt > 0 && !sleep(ctx, jitter(backoff(attempt))) {
+			break
+		}
+		err = s.registerOnce(ctx, sink, inc, gen, host, pid)
+		if n := myErrno(err); n != myDeadlock && n != myLockWait {
+			return err
+		}
+	}
 	return err
+}
+
+func (s *myStore) registerOnce(ctx context.Context, sink string, inc uint64, gen int64, host string, pid int) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	if _, err := tx.ExecContext(ctx, "INSERT INTO xa_sink_generations (sink, generation, updated) "+
+		"SELECT ?, COALESCE(MAX(incarnation & ?), 0), UTC_TIMESTAMP(6) FROM xa_sink_instances WHERE sink = ? AND incarnation >= ? "+
+		"ON DUPLICATE KEY UPDATE sink = sink", sink, int64(lowWord), sink, maxSelfIncarnation); err != nil {
+		return err
+	}
+	var highest int64
+	if err := tx.QueryRowContext(ctx, "SELECT generation FROM xa_sink_generations WHERE sink = ? FOR UPDATE", sink).Scan(&highest); err != nil {
+		return err
+	}
+	if gen < highest {
+		return &generationError{reason: errGenerationStale, highest: uint32(highest)}
+	}
+	res, err := tx.ExecContext(ctx, "INSERT IGNORE INTO xa_sink_instances (sink, incarnation, started, host, pid) VALUES (?, ?, UTC_TIMESTAMP(6), ?, ?)",
+		sink, int64(inc), host, pid)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return &generationError{reason: errGenerationReused, highest: uint32(highest)}
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE xa_sink_generations SET generation = ?, updated = UTC_TIMESTAMP(6) WHERE sink = ? AND generation < ?",
+		gen, sink, gen); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 func placeholders(n int, one string) string {
@@ -208,9 +257,11 @@ func (s *myStore) read(ctx context.Context, sink string, parts []string) ([]Part
 // ROW_COUNT() counts the matched rows (CLIENT_FOUND_ROWS), so the INSERT
 // fails on NOT NULL (1048) unless every partition matched; the server stops
 // at the first failing statement and COMMIT never runs. An external
-// member's decision inserts the row first and moves the progress rows
-// forward, unless (fenceGeneration) a later generation is registered: then
-// the INSERT fails on NOT NULL the same way.
+// member's decision reads the sink's generation fence under a shared lock
+// first (LOCK IN SHARE MODE waits for a registration in flight, and reads
+// what it committed), inserts the row and moves the progress rows forward;
+// if a generation above the committer's is registered, the INSERT fails on
+// NOT NULL the same way.
 func (s *myStore) decide(ctx context.Context, d decision) error {
 	var sb strings.Builder
 	var args []any
@@ -242,11 +293,10 @@ func (s *myStore) decide(ctx context.Context, d decision) error {
 		sb.WriteString(", FALSE, UTC_TIMESTAMP(6), ?); COMMIT")
 		args = append(args, d.origins)
 	} else {
-		sb.WriteString("INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, decided, origins) VALUES (?, ?, " +
-			"IF(? OR NOT EXISTS (SELECT 1 FROM xa_sink_instances WHERE sink = ? AND incarnation >= ? AND (incarnation & ?) > ?), ?, NULL), " +
-			"FALSE, UTC_TIMESTAMP(6), ?); ")
-		args = append(args, d.sink, int64(d.inc), !d.fenceGeneration, d.sink, maxSelfIncarnation, int64(lowWord), int64(d.generation),
-			int64(d.txn), d.origins)
+		sb.WriteString("SELECT MAX(generation) INTO @xa_sink_fence FROM xa_sink_generations WHERE sink = ? LOCK IN SHARE MODE; " +
+			"INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, decided, origins) VALUES (?, ?, " +
+			"IF(@xa_sink_fence <= ?, ?, NULL), FALSE, UTC_TIMESTAMP(6), ?); ")
+		args = append(args, d.sink, d.sink, int64(d.inc), int64(d.committer), int64(d.txn), d.origins)
 		if len(d.parts) > 0 {
 			sb.WriteString("INSERT INTO xa_sink_progress (sink, `partition`, epoch, owner, position, checkpoint, updated) VALUES ")
 			sb.WriteString(placeholders(len(d.parts), "(?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))"))
@@ -481,3 +531,56 @@ func (s *myStore) tableShape(ctx context.Context, name string) (tableShape, erro
 
 // slots: MySQL and MariaDB set no limit on prepared branches.
 func (s *myStore) slots(context.Context) (string, int, int, bool, error) { return "", 0, 0, false, nil }
+
+// myBindingsDDL creates xa_sink_bindings (see binding), in every target.
+const myBindingsDDL = "CREATE TABLE IF NOT EXISTS xa_sink_bindings (" +
+	"sink VARCHAR(24) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, " +
+	"target VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, " +
+	"target_id CHAR(32) CHARACTER SET ascii NOT NULL, progress_id CHAR(32) CHARACTER SET ascii NOT NULL, " +
+	"participant_id VARCHAR(64) CHARACTER SET ascii NOT NULL DEFAULT '', " +
+	"target_where TEXT CHARACTER SET utf8mb4 NOT NULL, progress_where TEXT CHARACTER SET utf8mb4 NOT NULL, " +
+	"bound DATETIME(6) NOT NULL, PRIMARY KEY (sink, target)) ENGINE=InnoDB"
+
+func (s *myStore) bindings(ctx context.Context, sink string) (map[string]binding, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT target, target_id, progress_id, participant_id, target_where, progress_where, bound "+
+		"FROM xa_sink_bindings WHERE sink = ?", sink)
+	if myErrno(err) == myNoTable {
+		return map[string]binding{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]binding{}
+	for rows.Next() {
+		b := binding{sink: sink}
+		if err := rows.Scan(&b.target, &b.targetID, &b.progressID, &b.participantID, &b.where, &b.progressWhere, &b.bound); err != nil {
+			return nil, err
+		}
+		out[b.target] = b
+	}
+	return out, rows.Err()
+}
+
+func (s *myStore) bind(ctx context.Context, b binding) error {
+	if _, err := s.db.ExecContext(ctx, myBindingsDDL); err != nil {
+		return err
+	}
+	_, err := s.db.ExecContext(ctx, "INSERT INTO xa_sink_bindings (sink, target, target_id, progress_id, participant_id, target_where, progress_where, bound) "+
+		"VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE "+
+		"participant_id = IF(participant_id = '' AND target_id = VALUES(target_id) AND progress_id = VALUES(progress_id), VALUES(participant_id), participant_id)",
+		b.sink, b.target, b.targetID, b.progressID, b.participantID, b.where, b.progressWhere)
+	return err
+}
+
+func (s *myStore) unbind(ctx context.Context, sink, target string) error {
+	_, err := s.db.ExecContext(ctx, "DELETE FROM xa_sink_bindings WHERE sink = ? AND target = ?", sink, target)
+	return err
+}
+
+func (s *myStore) describe(ctx context.Context) (string, error) {
+	var where string
+	err := s.db.QueryRowContext(ctx, "SELECT CONCAT(IF(VERSION() LIKE '%MariaDB%', 'MariaDB', 'MySQL'), ' database ', COALESCE(DATABASE(), '(none)'), "+
+		"' at ', @@hostname, ':', @@port, ', as ', CURRENT_USER())").Scan(&where)
+	return where, err
+}

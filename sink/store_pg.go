@@ -44,6 +44,10 @@ var pgDDL = []string{
 		host text NOT NULL,
 		pid integer NOT NULL,
 		PRIMARY KEY (sink, incarnation))`,
+	`CREATE TABLE IF NOT EXISTS xa_sink_generations (
+		sink text PRIMARY KEY,
+		generation bigint NOT NULL,
+		updated timestamptz NOT NULL DEFAULT now())`,
 }
 
 func openPgStore(ctx context.Context, c TargetConfig) (*pgStore, error) {
@@ -61,11 +65,61 @@ func openPgStore(ctx context.Context, c TargetConfig) (*pgStore, error) {
 
 func (s *pgStore) close() { s.pool.Close() }
 
+// pgDurable makes the transaction it runs in durable at its commit,
+// whatever synchronous_commit the role, the database or the session set
+// (issue 13): PostgreSQL reads the setting at commit time, and with "off"
+// a COMMIT answers before its WAL is flushed, so that a crash of the
+// server loses a decision, an abort marker or an epoch that was reported
+// stored, and other databases acted on it. It raises "off" and "local"
+// to "on" for this transaction only (set_config's is_local), and leaves
+// "on", "remote_write" and "remote_apply" as they are.
+const pgDurable = `SELECT set_config('synchronous_commit', CASE WHEN current_setting('synchronous_commit') IN ('off', 'local')
+	THEN 'on' ELSE current_setting('synchronous_commit') END, true)`
+
+// durable runs a statement that is a decision or a fence (the decision,
+// an abort marker, an epoch, an incarnation) behind pgDurable, in one
+// pipeline: one round trip, one implicit transaction, committed at its
+// Sync. read reads the statement's results; the commit's error, if any,
+// is returned too (a lost reply there is an unknown outcome, as for any
+// statement).
+func (s *pgStore) durable(ctx context.Context, read func(pgx.BatchResults) error, sql string, args ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(pgDurable)
+	b.Queue(sql, args...)
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		err = read(br)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// execDurable is durable for a statement whose results are not read.
+func (s *pgStore) execDurable(ctx context.Context, sql string, args ...any) error {
+	return s.durable(ctx, func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		return err
+	}, sql, args...)
+}
+
+// setup creates the tables in one durable transaction (pgDurable: a
+// setup reported done survives a crash whatever synchronous_commit says).
 func (s *pgStore) setup(ctx context.Context) error {
-	for _, q := range pgDDL {
-		if _, err := s.pool.Exec(ctx, q); err != nil {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("sink: setup: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	for _, q := range append([]string{pgDurable}, pgDDL...) {
+		if _, err := tx.Exec(ctx, q); err != nil {
 			return fmt.Errorf("sink: setup: %w", err)
 		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("sink: setup: %w", err)
 	}
 	return nil
 }
@@ -87,9 +141,10 @@ func (s *pgStore) allocate(ctx context.Context, sink, host string, pid int) (uin
 			break
 		}
 		var inc int64
-		err = s.pool.QueryRow(ctx, `INSERT INTO xa_sink_instances (sink, incarnation, host, pid)
+		err = s.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&inc) },
+			`INSERT INTO xa_sink_instances (sink, incarnation, host, pid)
 			SELECT $1, COALESCE(max(incarnation), 0) + 1, $2, $3 FROM xa_sink_instances WHERE sink = $1 AND incarnation < $4
-			RETURNING incarnation`, sink, host, pid, maxSelfIncarnation).Scan(&inc)
+			RETURNING incarnation`, sink, host, pid, maxSelfIncarnation)
 		if err == nil {
 			return uint64(inc), nil
 		}
@@ -100,10 +155,44 @@ func (s *pgStore) allocate(ctx context.Context, sink, host string, pid int) (uin
 	return 0, fmt.Errorf("sink: allocating an incarnation: %w", err)
 }
 
+// register locks the sink's generation fence row (creating it if
+// missing, from the highest generation the instance rows hold, for sinks
+// registered before the row existed), refuses a generation below the
+// highest, inserts the instance row (refusing one there already) and
+// raises the fence, in one transaction.
 func (s *pgStore) register(ctx context.Context, sink string, inc uint64, host string, pid int) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO xa_sink_instances (sink, incarnation, host, pid) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
+	gen := int64(inc & lowWord)
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	if _, err := tx.Exec(ctx, pgDurable); err != nil {
+		return err
+	}
+	var highest int64
+	err = tx.QueryRow(ctx, `INSERT INTO xa_sink_generations AS g (sink, generation)
+		SELECT $1, COALESCE(max(incarnation & $3), 0) FROM xa_sink_instances WHERE sink = $1 AND incarnation >= $2
+		ON CONFLICT (sink) DO UPDATE SET generation = g.generation
+		RETURNING generation`, sink, maxSelfIncarnation, int64(lowWord)).Scan(&highest)
+	if err != nil {
+		return err
+	}
+	if gen < highest {
+		return &generationError{reason: errGenerationStale, highest: uint32(highest)}
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO xa_sink_instances (sink, incarnation, host, pid) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
 		sink, int64(inc), host, pid)
-	return err
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return &generationError{reason: errGenerationReused, highest: uint32(highest)}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE xa_sink_generations SET generation = $2, updated = now() WHERE sink = $1 AND generation < $2`, sink, gen); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 func scanPartitions(rows pgx.Rows) ([]PartitionStatus, error) {
@@ -123,14 +212,22 @@ func scanPartitions(rows pgx.Rows) ([]PartitionStatus, error) {
 
 func (s *pgStore) take(ctx context.Context, sink string, inc uint64, parts []string) ([]PartitionStatus, error) {
 	parts = slices.Sorted(slices.Values(parts)) // one lock order for every taker
-	rows, err := s.pool.Query(ctx, `INSERT INTO xa_sink_progress AS p (sink, "partition", epoch, owner, position, checkpoint)
+	var out []PartitionStatus
+	err := s.durable(ctx, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		out, err = scanPartitions(rows)
+		return err
+	}, `INSERT INTO xa_sink_progress AS p (sink, "partition", epoch, owner, position, checkpoint)
 		SELECT $1, part, 1, $2, '', 0 FROM unnest($3::text[]) AS part
 		ON CONFLICT (sink, "partition") DO UPDATE SET epoch = p.epoch + 1, owner = excluded.owner, updated = now()
 		RETURNING "partition", position, epoch, owner, checkpoint, updated`, sink, int64(inc), parts)
 	if err != nil {
 		return nil, fmt.Errorf("sink: taking partitions: %w", err)
 	}
-	return scanPartitions(rows)
+	return out, nil
 }
 
 func (s *pgStore) read(ctx context.Context, sink string, parts []string) ([]PartitionStatus, error) {
@@ -151,17 +248,20 @@ func splitParts(ps []PartitionPosition) (names, positions []string, epochs []int
 	return names, positions, epochs
 }
 
-// decide runs step 3 as one statement (one round trip, one transaction):
+// decide runs step 3 as one statement (one round trip, one transaction,
+// durable: see pgDurable):
 // the UPDATE of the positions under their epochs feeds the INSERT of the
 // decision row, whose checkpoint is NULL, and so violates NOT NULL, unless
 // every partition matched. An external member's decision instead inserts
-// the row first (its checkpoint NULL if fenceGeneration and a later
-// generation is registered) and moves the progress rows forward.
+// the row first (its checkpoint NULL if the sink's generation fence, read
+// FOR SHARE, is above the committer's generation: the lock waits for a
+// registration in flight, and reads the row it committed) and moves the
+// progress rows forward.
 func (s *pgStore) decide(ctx context.Context, d decision) error {
 	names, positions, epochs := splitParts(d.parts)
 	var err error
 	if !d.external {
-		_, err = s.pool.Exec(ctx, `WITH v AS (SELECT * FROM unnest($3::text[], $4::bigint[], $5::text[]) AS v(part, epoch, position)),
+		err = s.execDurable(ctx, `WITH v AS (SELECT * FROM unnest($3::text[], $4::bigint[], $5::text[]) AS v(part, epoch, position)),
 			upd AS (UPDATE xa_sink_progress p SET position = v.position, checkpoint = $6, updated = now() FROM v
 				WHERE p.sink = $1 AND p."partition" = v.part AND p.epoch = v.epoch AND p.owner = $2 RETURNING 1)
 			INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, origins)
@@ -172,9 +272,9 @@ func (s *pgStore) decide(ctx context.Context, d decision) error {
 		}
 		return err
 	}
-	_, err = s.pool.Exec(ctx, `WITH d AS (INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, origins)
-				SELECT $1, $2, CASE WHEN NOT $9::boolean OR NOT EXISTS (SELECT 1 FROM xa_sink_instances i WHERE i.sink = $1
-					AND i.incarnation >= $10 AND (i.incarnation & $11) > $7) THEN $5::bigint END, false, $6
+	err = s.execDurable(ctx, `WITH f AS (SELECT generation FROM xa_sink_generations WHERE sink = $1 FOR SHARE),
+			d AS (INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted, origins)
+				SELECT $1, $2, CASE WHEN (SELECT generation FROM f) <= $9 THEN $5::bigint END, false, $6
 				RETURNING 1),
 			v AS (SELECT * FROM unnest($3::text[], $4::text[]) AS v(part, position))
 			INSERT INTO xa_sink_progress AS p (sink, "partition", epoch, owner, position, checkpoint)
@@ -183,9 +283,9 @@ func (s *pgStore) decide(ctx context.Context, d decision) error {
 				epoch = excluded.epoch, checkpoint = excluded.checkpoint, updated = now()
 			WHERE (excluded.epoch, excluded.checkpoint) > (p.epoch, p.checkpoint)`,
 		d.sink, int64(d.inc), names, positions, int64(d.txn), d.origins, int64(d.generation), int64(d.checkpoint),
-		d.fenceGeneration, maxSelfIncarnation, int64(lowWord))
+		int64(d.committer))
 	if pgCode(err) == "23502" {
-		return fmt.Errorf("%w: a later generation is registered: %v", errEpochMoved, err)
+		return fmt.Errorf("%w: a generation above the committer's (%d) is registered: %v", errEpochMoved, d.committer, err)
 	}
 	return err
 }
@@ -193,9 +293,10 @@ func (s *pgStore) decide(ctx context.Context, d decision) error {
 func (s *pgStore) claim(ctx context.Context, sink string, inc, txn uint64) (decisionRow, error) {
 	for range 3 {
 		var inserted bool
-		err := s.pool.QueryRow(ctx, `WITH ins AS (INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted)
+		err := s.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&inserted) },
+			`WITH ins AS (INSERT INTO xa_sink_decisions (sink, incarnation, checkpoint, aborted)
 			VALUES ($1, $2, $3, true) ON CONFLICT DO NOTHING RETURNING 1) SELECT count(*) > 0 FROM ins`,
-			sink, int64(inc), int64(txn)).Scan(&inserted)
+			sink, int64(inc), int64(txn))
 		if err != nil {
 			return decisionRow{}, err
 		}
@@ -389,4 +490,75 @@ func (s *pgStore) slots(ctx context.Context) (server string, max, inUse int, lim
 	err = s.pool.QueryRow(ctx, `SELECT coalesce(host(inet_server_addr()), 'local socket') || ':' || current_setting('port'),
 		current_setting('max_prepared_transactions')::int, (SELECT count(*) FROM pg_prepared_xacts)::int`).Scan(&server, &max, &inUse)
 	return server, max, inUse, err == nil, err
+}
+
+// pgBindingsDDL creates xa_sink_bindings (see binding), in every target.
+const pgBindingsDDL = `CREATE TABLE IF NOT EXISTS xa_sink_bindings (
+	sink text NOT NULL,
+	target text NOT NULL,
+	target_id text NOT NULL,
+	progress_id text NOT NULL,
+	participant_id text NOT NULL DEFAULT '',
+	target_where text NOT NULL,
+	progress_where text NOT NULL,
+	bound timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (sink, target))`
+
+func (s *pgStore) bindings(ctx context.Context, sink string) (map[string]binding, error) {
+	rows, err := s.pool.Query(ctx, `SELECT target, target_id, progress_id, participant_id, target_where, progress_where, bound
+		FROM xa_sink_bindings WHERE sink = $1`, sink)
+	if pgCode(err) == "42P01" { // undefined_table
+		return map[string]binding{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]binding{}
+	for rows.Next() {
+		b := binding{sink: sink}
+		if err := rows.Scan(&b.target, &b.targetID, &b.progressID, &b.participantID, &b.where, &b.progressWhere, &b.bound); err != nil {
+			return nil, err
+		}
+		out[b.target] = b
+	}
+	if pgCode(rows.Err()) == "42P01" {
+		return map[string]binding{}, nil
+	}
+	return out, rows.Err()
+}
+
+// bind runs in one durable transaction (pgDurable).
+func (s *pgStore) bind(ctx context.Context, b binding) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	for _, q := range []string{pgDurable, pgBindingsDDL} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO xa_sink_bindings AS b (sink, target, target_id, progress_id, participant_id, target_where, progress_where)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (sink, target) DO UPDATE SET participant_id = excluded.participant_id
+		WHERE b.participant_id = '' AND b.target_id = excluded.target_id AND b.progress_id = excluded.progress_id`,
+		b.sink, b.target, b.targetID, b.progressID, b.participantID, b.where, b.progressWhere); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func (s *pgStore) unbind(ctx context.Context, sink, target string) error {
+	return s.execDurable(ctx, `DELETE FROM xa_sink_bindings WHERE sink = $1 AND target = $2`, sink, target)
+}
+
+func (s *pgStore) describe(ctx context.Context) (string, error) {
+	var where string
+	err := s.pool.QueryRow(ctx, `SELECT 'PostgreSQL database ' || current_database() || ' at ' ||
+		coalesce(host(inet_server_addr()), 'local socket') || ':' || current_setting('port') || ', schema ' ||
+		coalesce((SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass('xa_sink_bindings')),
+			current_schema()::text, '(none)') || ', as role ' || current_user::text`).Scan(&where)
+	return where, err
 }

@@ -198,8 +198,11 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 	}
 	if errNumber(err) == erNoSuchTable {
 		mc.Close()
-		want := c.rm.ident.Load()
-		return nil, &xa.IdentityError{Store: fmt.Sprintf("participant %q", c.rm.name), Expected: *want,
+		var want xa.StoreIdentity
+		if p := c.rm.ident.Load(); p != nil {
+			want = *p
+		}
+		return nil, &xa.IdentityError{Store: fmt.Sprintf("participant %q", c.rm.name), Expected: want,
 			Why: "a new session reached a database without the participant's identity table: " + err.Error(),
 			Fix: "check the DSN (host, port, database) and restart"}
 	}

@@ -88,8 +88,11 @@ func (rm *RM) checkSessionIdentity(ctx context.Context, mc driver.QueryerContext
 			Why: "the server is read-only (@@read_only = ON: a replica?): its XA RECOVER may lag the primary's, and commits there would diverge it",
 			Fix: "point the participant's DSN at the primary"}
 	}
-	want := rm.ident.Load()
-	if want != nil {
+	// The row has the identity column only if the identity was known
+	// when the session's first query was built; another session may have
+	// read it since (SkipCheck: the application's first statements open
+	// sessions together). Without the column, the row is read below.
+	if want := rm.ident.Load(); want != nil && len(row) > i+4 {
 		got := asString(row[i+4])
 		if got != want.ID {
 			return &xa.IdentityError{Store: store, Expected: *want, Found: xa.StoreIdentity{ID: got, Where: where},

@@ -3,7 +3,9 @@ package mysql
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,5 +60,55 @@ func TestParticipantIdentity(t *testing.T) {
 	_, err = Open(ctx, Config{Name: "maria", DSN: db.DSN()})
 	if !errors.As(err, &ie) || !strings.Contains(ie.Why, "read-only") {
 		t.Fatalf("Open of a read-only server: %v; want an *xa.IdentityError saying it is read-only", err)
+	}
+}
+
+// With SkipCheck nobody has read the identity when the application's first
+// statements arrive, all at once: the sessions opened together each ask
+// without the identity column, and whichever checks after another one
+// stored the identity must not look for it in its row (a panic: index out
+// of range, which kills the application).
+func TestSessionsOpenedTogetherBeforeTheIdentityIsKnown(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := dbtest.MySQLDB(t)
+	openRM(t, db.DSN()) // sets the database up
+	for round := range 5 {
+		rm, err := Open(ctx, Config{Name: "maria", DSN: db.DSN(), SkipCheck: true, MaxConns: 32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 24
+		errs := make(chan error, n)
+		var start sync.WaitGroup
+		start.Add(1)
+		for range n {
+			go func() {
+				defer func() {
+					if p := recover(); p != nil {
+						errs <- fmt.Errorf("panic: %v", p)
+					}
+				}()
+				start.Wait()
+				c, err := rm.db.Conn(ctx)
+				if err == nil {
+					err = c.PingContext(ctx)
+					c.Close()
+				}
+				errs <- err
+			}()
+		}
+		start.Done()
+		for range n {
+			if err := <-errs; err != nil {
+				rm.Close()
+				t.Fatalf("round %d: a session opened while others were: %v", round, err)
+			}
+		}
+		if _, err := rm.Identity(); err != nil {
+			t.Fatal(err)
+		}
+		rm.Close()
 	}
 }

@@ -83,17 +83,20 @@ func (rm *RM) openDecisionTable(ctx context.Context, table string, init bool) er
 	}
 	if !exists {
 		if !init {
-			return &xa.IdentityError{Store: fmt.Sprintf("decision table of participant %q", rm.name),
+			return missingTableError{&xa.IdentityError{Store: fmt.Sprintf("decision table of participant %q", rm.name),
 				Why: fmt.Sprintf("no table %s on the role's search_path: recovery never creates one (a new, empty table would say "+
 					"\"no decision\" for transactions decided in the real one)", table),
 				Fix: "connect as the role the participant was set up with, or give decision_table schema-qualified; " +
-					"to set a new participant up: xactl participant init"}
+					"to set a new participant up: xactl participant init"}}
 		}
-		if _, err := rm.pool.Exec(ctx, ddl); err != nil {
+		if err := rm.createTable(ctx, ddl); err != nil {
 			return fmt.Errorf("%w (create it as a user who may: %s)", err, ddl)
 		}
-		if quoted, text, _, err = rm.qualified(ctx, table); err != nil {
+		if quoted, text, exists, err = rm.qualified(ctx, table); err != nil {
 			return fmt.Errorf("decision table %s: %w", table, err)
+		}
+		if !exists {
+			return fmt.Errorf("decision table %s: not on the role's search_path after %s", table, ddl)
 		}
 	}
 	var migrated bool
@@ -121,6 +124,20 @@ func (rm *RM) openDecisionTable(ctx context.Context, table string, init bool) er
 	rm.decisions, rm.decisionsText, rm.tableIdent = quoted, text, id
 	return nil
 }
+
+// ErrNoDecisionTable is matched by the error of Open (without Init) when
+// no decision table is found under Config.DecisionTable as the role's
+// search_path resolves it (the error is also an *xa.IdentityError). Set-up
+// tools use it to tell a missing table, which Init would create, from one
+// that exists without its identity row.
+var ErrNoDecisionTable = errors.New("postgres: no decision table under the configured name")
+
+// missingTableError is the *xa.IdentityError of a missing decision table;
+// it also matches ErrNoDecisionTable.
+type missingTableError struct{ *xa.IdentityError }
+
+func (e missingTableError) Unwrap() error        { return e.IdentityError }
+func (e missingTableError) Is(target error) bool { return target == ErrNoDecisionTable }
 
 // HasDecisionTable reports whether the participant has a decision table
 // (Config.DecisionTable): only then is it a last resource and a decision

@@ -24,9 +24,9 @@ import (
 // database that answers; a row without its anchors is a copy, and a
 // database without the row, or a standby (pg_is_in_recovery()), has no
 // identity: Open fails with an *xa.IdentityError. Every session the pool
-// opens afterwards reads the row again in its first round trip, so a DSN
-// that starts to reach another database (a DNS change, a failover to a
-// stranger) is refused there.
+// opens afterwards reads the row and compares its anchors again in its
+// first round trip, so a DSN that starts to reach another database (a DNS
+// change, a failover to a stranger, a restored copy) is refused there.
 //
 // A decision table carries an identity of its own in a reserved row
 // (gtrid identityKey, aborted false): a table found under the configured
@@ -85,11 +85,14 @@ func (rm *RM) initIdentity(ctx context.Context, table string) error {
 		return err
 	}
 	if !ok {
-		if _, err := rm.pool.Exec(ctx, ddl); err != nil {
+		if err := rm.createTable(ctx, ddl); err != nil {
 			return fmt.Errorf("creating the identity table: %w (create it as a user who may: %s)", err, ddl)
 		}
-		if quoted, _, _, err = rm.qualified(ctx, table); err != nil {
+		if quoted, _, ok, err = rm.qualified(ctx, table); err != nil {
 			return err
+		}
+		if !ok {
+			return fmt.Errorf("creating the identity table: %s is not on the role's search_path after %s", table, ddl)
 		}
 	}
 	// A role that may only read the table finds the row there.
@@ -111,6 +114,19 @@ func (rm *RM) initIdentity(ctx context.Context, table string) error {
 		return fmt.Errorf("writing the participant's identity into %s: %w", quoted, err)
 	}
 	return nil
+}
+
+// createTable runs a CREATE TABLE IF NOT EXISTS. Two sessions running it
+// at once (processes set up together, each with Init) may both find the
+// name free: the loser fails on the catalogue's unique index (23505 on
+// pg_type) or with 42P07 once the winner has committed. Either means the
+// table now exists, which is what the caller asked for; it checks so.
+func (rm *RM) createTable(ctx context.Context, ddl string) error {
+	_, err := rm.pool.Exec(ctx, ddl)
+	if s := sqlState(err); s == "23505" || s == "42P07" {
+		return nil
+	}
+	return err
 }
 
 // adoptIdentity re-anchors the identity row to the database that answers,
@@ -194,16 +210,20 @@ func (rm *RM) readIdentity(ctx context.Context, table string) (xa.StoreIdentity,
 }
 
 // checkSession is the pool's AfterConnect: every new session reads the
-// identity row again, in its first round trip, and is refused when another
-// database (or a standby) answers.
+// identity row and its anchors again, in its first round trip, and is
+// refused when another database, a copy (or a standby) answers.
 func (rm *RM) checkSession(ctx context.Context, c *pgx.Conn) error {
 	want := rm.ident.Load()
 	if want == nil {
 		return nil
 	}
 	var id string
-	var standby bool
-	err := c.QueryRow(ctx, "SELECT (SELECT id FROM "+rm.identTable+"), pg_is_in_recovery()", pgx.QueryExecModeExec).Scan(&id, &standby)
+	var standby, anchored bool
+	// The anchors too, as Open checks them: a copy (a dump restored into
+	// another database or cluster) carries the id.
+	err := c.QueryRow(ctx, "SELECT i.id, i.system_identifier = (SELECT system_identifier::text FROM pg_control_system()) "+
+		"AND i.database_oid = (SELECT oid FROM pg_database WHERE datname = current_database()), pg_is_in_recovery() "+
+		"FROM (SELECT 1) one LEFT JOIN "+rm.identTable+" i ON true", pgx.QueryExecModeExec).Scan(&id, &anchored, &standby)
 	switch {
 	case err != nil:
 		return &xa.IdentityError{Store: fmt.Sprintf("participant %q", rm.name), Expected: *want,
@@ -215,6 +235,10 @@ func (rm *RM) checkSession(ctx context.Context, c *pgx.Conn) error {
 	case id != want.ID:
 		return &xa.IdentityError{Store: fmt.Sprintf("participant %q", rm.name), Expected: *want, Found: xa.StoreIdentity{ID: id},
 			Why: "a new session reached another database than the participant was opened on",
+			Fix: "check the DSN (host, port, database) and restart"}
+	case !anchored:
+		return &xa.IdentityError{Store: fmt.Sprintf("participant %q", rm.name), Expected: *want, Found: xa.StoreIdentity{ID: id},
+			Why: "a new session reached a copy of the participant's database (its identity row was made in another database or cluster)",
 			Fix: "check the DSN (host, port, database) and restart"}
 	}
 	return nil

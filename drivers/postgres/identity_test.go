@@ -87,3 +87,90 @@ func TestParticipantIdentity(t *testing.T) {
 		t.Fatalf("a session on the participant's own database: %v", err)
 	}
 }
+
+// A copy carries the identity row but not its anchors: a dump of the
+// participant's database restored into another database (a staging copy,
+// CREATE DATABASE ... TEMPLATE) is refused by Open, and so must it be when
+// a new session of a pool opened on the original reaches it (a DNS change,
+// a connection pooler, a failover to the copy): the session check compares
+// the anchors too, not the id alone.
+func TestSessionReachingACopyIsRefused(t *testing.T) {
+	t.Parallel()
+	db := dbtest.PostgresDB(t)
+	ctx := testCtx(t)
+	rm := openRMWith(t, Config{DSN: db.DSN()})
+	id, err := rm.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sysid string
+	var dboid uint32
+	if err := raw(t, db).QueryRow(ctx, "SELECT system_identifier, database_oid FROM xa_participant").Scan(&sysid, &dboid); err != nil {
+		t.Fatal(err)
+	}
+	// The copy: another database holding the original's row, as a
+	// restored dump holds it.
+	copied := db.Server.CreateDB(t)
+	ddl, err := IdentityTableDDL(DefaultIdentityTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, copied, ddl)
+	if _, err := raw(t, copied).Exec(ctx, "INSERT INTO xa_participant (id, system_identifier, database_oid) VALUES ($1, $2, $3)", id.ID, sysid, dboid); err != nil {
+		t.Fatal(err)
+	}
+	var ie *xa.IdentityError
+	if _, err := Open(ctx, Config{Name: "pg", DSN: copied.DSN()}); !errors.As(err, &ie) || !strings.Contains(ie.Why, "copy") {
+		t.Fatalf("Open of the copy: %v; want it refused as a copy", err)
+	}
+	if err := rm.checkSession(ctx, rawDSN(t, copied.DSN())); !errors.Is(err, xa.ErrIdentity) {
+		t.Fatalf("a new session that reached a copy of the participant's database passed the pool's check: %v", err)
+	}
+	if err := rm.checkSession(ctx, raw(t, db)); err != nil {
+		t.Fatalf("a session on the participant's own database: %v", err)
+	}
+}
+
+// Processes set up together (every replica opening with Init on a fresh
+// database) race on CREATE TABLE IF NOT EXISTS; each of them must open,
+// and all with one identity for the database and one for the table.
+func TestInitRacesWithItself(t *testing.T) {
+	t.Parallel()
+	for round := 0; round < 3; round++ {
+		db := dbtest.PostgresDB(t)
+		ctx := testCtx(t)
+		const n = 8
+		type opened struct {
+			id, table xa.StoreIdentity
+			err       error
+		}
+		out := make(chan opened, n)
+		for i := 0; i < n; i++ {
+			go func() {
+				rm, err := Open(ctx, Config{Name: "pg", DSN: db.DSN(), DecisionTable: "xa_decisions", Init: true, MaxConns: 2})
+				if err != nil {
+					out <- opened{err: err}
+					return
+				}
+				defer rm.Close()
+				id, err := rm.Identity()
+				_, tid, terr := rm.DecisionTableIdentity()
+				out <- opened{id: id, table: tid, err: errors.Join(err, terr)}
+			}()
+		}
+		var first opened
+		for i := 0; i < n; i++ {
+			o := <-out
+			if o.err != nil {
+				t.Fatalf("round %d: Open with Init beside %d others: %v", round, n-1, o.err)
+			}
+			if i == 0 {
+				first = o
+				continue
+			}
+			if !o.id.Same(first.id) || o.table.ID != first.table.ID {
+				t.Fatalf("round %d: two identities for one database: %s / %s, tables %s / %s", round, o.id, first.id, o.table.ID, first.table.ID)
+			}
+		}
+	}
+}

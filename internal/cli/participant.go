@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -90,7 +91,12 @@ there since the log exists), or another one.`,
 					continue
 				}
 				v := participantInitView{Participant: pc.Name}
-				p, err := openParticipantWith(ctx, pc, logger, drivers.Options{Init: true, Adopt: adopt})
+				lost := lostIdentity(ctx, pc, recorded, logger)
+				err := tableForUntabledDelegation(ctx, pc, delegated, logger, adopt)
+				var p *participant
+				if err == nil {
+					p, err = openParticipantWith(ctx, pc, logger, drivers.Options{Init: true, Adopt: adopt})
+				}
 				if err != nil {
 					v.Error = explainConnErr(err).Error()
 					failed++
@@ -117,6 +123,11 @@ there since the log exists), or another one.`,
 					v.Log = "no decision log configured"
 				default:
 					v.Log = compareRecorded(pc.Name, v.Identity, recorded, table, delegated)
+					if r := recorded[pc.Name]; lost && v.Identity != r.Identity.ID && strings.HasPrefix(v.Log, mismatch) {
+						v.Log += fmt.Sprintf(" -- this run made the identity %s: the database had none. If it is the recorded database and its identity row "+
+							"was lost, restore the recorded id (UPDATE xa_participant SET id = '%s', in the identity table this participant uses) "+
+							"and it is the recorded participant again; the decision log refuses any other id under this name", v.Identity, r.Identity.ID)
+					}
 				}
 				out = append(out, v)
 			}
@@ -149,6 +160,67 @@ there since the log exists), or another one.`,
 	}
 	cmd.Flags().BoolVar(&adopt, "adopt", false, "PostgreSQL: re-anchor an existing identity to the database that answers (after pg_upgrade)")
 	return cmd
+}
+
+// lostIdentity reports whether pc's database has no identity while the
+// decision log records one under its name: either its identity row was
+// lost (a tool dropped the table, a restore left it out), or the name
+// reaches another database. Init then makes a new id, which the log
+// refuses under this name for ever; the operator is told how to restore
+// the recorded one.
+func lostIdentity(ctx context.Context, pc config.Participant, recorded map[string]xa.ParticipantRecord, log *slog.Logger) bool {
+	if _, ok := recorded[pc.Name]; !ok {
+		return false
+	}
+	bare := pc
+	bare.DecisionTable = ""
+	p, err := openParticipantWith(ctx, bare, log, drivers.Options{})
+	if err == nil {
+		p.close()
+		return false
+	}
+	var ie *xa.IdentityError
+	return errors.As(err, &ie) && ie.Found.ID == ""
+}
+
+// tableForUntabledDelegation refuses to create pc's decision table when
+// the decision log delegated decisions to the participant before decision
+// tables had identities (a delegation that names no table) and no table is
+// found under the configured name as this role sees it. The decisions of
+// those transactions are in the table the application used, which recovery
+// cannot tell from another by a recorded identity: a new, empty table
+// created here would answer "no decision" for them, and recovery would
+// presume abort of transactions the last resource committed. A table that
+// exists (without its identity row: made by the earlier version) is given
+// its identity by the caller, as for any participant.
+func tableForUntabledDelegation(ctx context.Context, pc config.Participant, delegated map[string]xa.Delegation, log *slog.Logger, adopt bool) error {
+	d, ok := delegated[pc.Name]
+	if !ok || d.TableID != "" || pc.DecisionTable == "" {
+		return nil
+	}
+	// The participant's own identity first (the table is looked for
+	// only once the participant is known): the explicit act this
+	// command is, for the participant.
+	bare := pc
+	bare.DecisionTable = ""
+	p, err := openParticipantWith(ctx, bare, log, drivers.Options{Init: true, Adopt: adopt})
+	if err != nil {
+		return err
+	}
+	p.close()
+	p, err = openParticipantWith(ctx, pc, log, drivers.Options{})
+	if err == nil {
+		p.close()
+		return nil
+	}
+	if !errors.Is(err, drivers.ErrNoDecisionTable) {
+		return nil // it exists; Init gives it its identity, or says why not
+	}
+	return fmt.Errorf("not creating decision table %s: the decision log delegated decisions to this participant's decision table "+
+		"before decision tables had identities (the delegation names no table), and no table %s is found as this role sees it: "+
+		"the decisions of those transactions are in the table the application used, and a new, empty one would say \"no decision\" "+
+		"for them (fix: give decision_table schema-qualified, as the application's role resolves it, or connect as that role; "+
+		"xactl log dump lists the delegation)", pc.DecisionTable, pc.DecisionTable)
 }
 
 // errNoLog: no decision log to compare with.

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +23,7 @@ import (
 	"github.com/xadb/xa/internal/config"
 	"github.com/xadb/xa/metrics"
 	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/xa"
 )
 
 func newSink(g *globals) *cobra.Command {
@@ -79,6 +82,15 @@ type sinkSetupView struct {
 	Sink     string   `json:"sink"`
 	Progress string   `json:"progress"`
 	Tables   []string `json:"tables"`
+	// Bound are the targets bound to the progress store now, Kept those
+	// bound already (docs/sink.md, "Identity").
+	Bound []string `json:"bound"`
+	Kept  []string `json:"kept"`
+	// Removed are targets set up for the sink that the configuration no
+	// longer has ("name (database)"); Forgotten the one --forget-target
+	// forgot.
+	Removed   []string `json:"removed"`
+	Forgotten string   `json:"forgotten,omitempty"`
 	// Missing are the tables the sink writes that do not exist yet
 	// ("target: table").
 	Missing []string `json:"missing"`
@@ -92,20 +104,42 @@ type sinkSetupView struct {
 }
 
 func newSinkSetup(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var forget string
+	cmd := &cobra.Command{
 		Use:   "setup NAME",
-		Short: "Create the sink's bookkeeping tables in its progress target",
-		Long: `Create xa_sink_progress, xa_sink_decisions and xa_sink_instances in the
-sink's progress target (progress:, default its first target) where they are
-missing, and give every target its identity where it has none (as xactl
-participant init does); run it once before the sink's first instance. It is
-idempotent.
+		Short: "Create the sink's bookkeeping tables and bind its targets to its progress target",
+		Long: `Create xa_sink_progress, xa_sink_decisions, xa_sink_instances and
+xa_sink_generations in the sink's progress target (progress:, default its
+first target) where they are missing, and bind each target to the progress
+target: a row of xa_sink_bindings in the target (the table is created
+there) and its copy in the progress target, each with an identity made
+now; and give every target its participant identity where it has none (as
+xactl participant init does). Every instance start and restore checks them, so that the sink trusts
+decisions only from the progress store that made them and resolves
+branches only on the databases it wrote to: a target or progress target
+whose DSN now reaches another database is refused (sink run and sink
+status exit 3, saying which database was expected). Run setup once before
+the sink's first instance, after adding a target, and after upgrading xa.
+It is idempotent.
+
+Setup refuses (exit 3), and binds nothing, when a target is bound to
+another progress store of the sink (the progress target's DSN reaches
+another database than the one set up), or when the progress target
+recorded another database under a target's name.
+
 It first opens the sink's targets as sink run does, and refuses (exit 1)
 what their start-up checks refuse there: a PostgreSQL target whose
 max_prepared_transactions is 0 cannot prepare, and so on.
 The tables the sink writes are yours to create; setup says which are
 missing, and which lack a mapped column or, for an upsert, a primary key or
-unique index on exactly its key columns (sink run refuses those).`,
+unique index on exactly its key columns (sink run refuses those).
+
+A target taken out of the sink's targets stays recorded: its prepared
+branches are neither listed nor resolved, so restore keeps every decision
+they may need and sink status exits 3. Put it back, or, once it holds no
+prepared branch of the sink (xactl list on it), forget it with
+--forget-target NAME (refused while the participant of that name is
+configured and lists a prepared branch of the sink).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, sc, err := g.loadSink(args[0])
@@ -130,13 +164,23 @@ unique index on exactly its key columns (sink run refuses those).`,
 			if err != nil {
 				return fmt.Errorf("sink %s: %w", sc.Name, err)
 			}
-			s.Close()
-			progress := c.ProgressTarget(sc)
-			progress.Init = true
-			if err := sink.Setup(ctx, progress); err != nil {
-				return fmt.Errorf("sink %s: creating its tables in %s: %w", sc.Name, sc.Progress, err)
+			defer s.Close()
+			v := sinkSetupView{Sink: sc.Name, Progress: sc.Progress, Tables: sink.Tables(), Missing: []string{}, Unfit: []string{}, Unchecked: []string{},
+				Removed: []string{}}
+			if forget != "" {
+				if err := forgetSinkTarget(ctx, c, sc, s, forget, g); err != nil {
+					return err
+				}
+				v.Forgotten = forget
 			}
-			v := sinkSetupView{Sink: sc.Name, Progress: sc.Progress, Tables: sink.Tables(), Missing: []string{}, Unfit: []string{}, Unchecked: []string{}}
+			bound, err := s.Bind(ctx)
+			if err != nil {
+				return sinkIdentityExit(fmt.Errorf("sink %s: binding its targets to its progress target %s: %w", sc.Name, sc.Progress, err))
+			}
+			v.Bound, v.Kept = bound.Bound, bound.Kept
+			for _, r := range bound.Removed {
+				v.Removed = append(v.Removed, r.Name+" ("+r.Where+")")
+			}
 			tables := sc.SinkTables()
 			unfit, errs := checkSinkTables(ctx, c, tables)
 			for i, t := range tables {
@@ -152,6 +196,19 @@ unique index on exactly its key columns (sink run refuses those).`,
 			}
 			return g.out.result(v, func(w io.Writer) {
 				fmt.Fprintf(w, "Sink %s: its tables are in place in %s (%s).\n", v.Sink, v.Progress, strings.Join(v.Tables, ", "))
+				if v.Forgotten != "" {
+					fmt.Fprintf(w, "Target %s is forgotten: the progress target no longer records it.\n", v.Forgotten)
+				}
+				if len(v.Bound) > 0 {
+					fmt.Fprintf(w, "Bound to the progress target %s now: %s.\n", v.Progress, strings.Join(v.Bound, ", "))
+				}
+				if len(v.Kept) > 0 {
+					fmt.Fprintf(w, "Bound already: %s.\n", strings.Join(v.Kept, ", "))
+				}
+				for _, r := range v.Removed {
+					fmt.Fprintf(w, "Target %s was set up for the sink and is no longer among its targets: its prepared branches are neither listed nor resolved, "+
+						"and restore keeps the decisions they may need. Put it back, or forget it once it holds no prepared branch of the sink (--forget-target).\n", r)
+				}
 				for _, m := range v.Missing {
 					fmt.Fprintf(w, "The sink writes table %s, which does not exist yet: create it before xactl sink run.\n", m)
 				}
@@ -164,6 +221,52 @@ unique index on exactly its key columns (sink run refuses those).`,
 			})
 		},
 	}
+	cmd.Flags().StringVar(&forget, "forget-target", "", "forget a target taken out of the sink's targets (it must hold no prepared branch of the sink)")
+	return cmd
+}
+
+// forgetSinkTarget forgets target name of the sink, after checking that
+// the participant of that name, if it is configured, lists no prepared
+// branch of the sink.
+func forgetSinkTarget(ctx context.Context, c *config.Config, sc config.Sink, s *sink.Sink, name string, g *globals) error {
+	if slices.Contains(sc.Targets, name) {
+		return usageErr("--forget-target %s: %s is among the sink's targets; take it out of them first", name, name)
+	}
+	if pc, ok := c.Participant(name); ok {
+		p, err := openParticipant(ctx, pc, g.sinkLogger())
+		if err != nil {
+			return fmt.Errorf("--forget-target %s: listing its prepared branches: %w", name, err)
+		}
+		list, err := p.rm.Recover(ctx)
+		p.close()
+		if err != nil {
+			return fmt.Errorf("--forget-target %s: listing its prepared branches: %w", name, err)
+		}
+		var mine []string
+		for _, b := range list {
+			if ref, ok := sink.ParseXID(b.XID); ok && ref.Sink == sc.Name && ref.Target == name {
+				mine = append(mine, ref.String())
+			}
+		}
+		if len(mine) > 0 {
+			return &exitError{code: ExitInDoubt, err: fmt.Errorf("--forget-target %s: it holds %s of sink %s (%s): put it back among the sink's targets, so that its restore resolves them, then take it out again",
+				name, plural(len(mine), "prepared branch"), sc.Name, strings.Join(mine, ", "))}
+		}
+	}
+	if err := s.ForgetTarget(ctx, name); err != nil {
+		return fmt.Errorf("--forget-target %s: %w", name, err)
+	}
+	return nil
+}
+
+// sinkIdentityExit gives an identity error (a store answered under a name
+// with another identity than the one recorded) the exit code 3, as
+// xactl does for what is left in doubt.
+func sinkIdentityExit(err error) error {
+	if errors.Is(err, xa.ErrIdentity) {
+		return &exitError{code: ExitInDoubt, err: err}
+	}
+	return err
 }
 
 func newSinkRun(g *globals) *cobra.Command {
@@ -196,7 +299,10 @@ on /metrics.
 Exit code 1 when it stops on an error: fenced (every partition was taken
 over by another instance), a decision whose outcome is unknown (the next
 instance's restore settles it), too many aborted checkpoints in a row, or
-the source's error.`,
+the source's error. Exit code 3 when it does not start because a target or
+the progress target is not the database the sink was set up with (xactl
+sink setup binds them): the error says which was expected and how to fix
+the configuration.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, sc, err := g.loadSink(args[0])
@@ -211,7 +317,7 @@ the source's error.`,
 			s, err := sink.Open(openCtx, cfg)
 			cancel()
 			if err != nil {
-				return fmt.Errorf("sink %s: %w", sc.Name, err)
+				return sinkIdentityExit(fmt.Errorf("sink %s: %w", sc.Name, err))
 			}
 			defer s.Close()
 			src, err := openSource(sc, logger)
@@ -282,6 +388,13 @@ the source's error.`,
 			case runErr == nil:
 				fmt.Fprintf(g.stderr, "sink %s: the source ended: %s, every record read is committed\n", sc.Name, tr.done())
 			}
+			if u, ok := src.(unterminated); ok {
+				lines := u.Unterminated()
+				for _, path := range slices.Sorted(maps.Keys(lines)) {
+					fmt.Fprintf(g.stderr, "sink %s: %s ends with a line without its line break (%s at offset %d): not read, as it may be half written; the next run reads it once its line break is there\n",
+						sc.Name, path, plural(int(lines[path][1]), "byte"), lines[path][0])
+				}
+			}
 			if closeErr != nil && !errors.Is(closeErr, context.Canceled) {
 				fmt.Fprintf(g.stderr, "sink %s: closing the source: %v\n", sc.Name, closeErr)
 			}
@@ -299,7 +412,7 @@ the source's error.`,
 				return err
 			}
 			if runErr != nil && !interrupted {
-				return fmt.Errorf("sink %s stopped: %w%s", sc.Name, runErr, runHint(runErr, sc.Name))
+				return sinkIdentityExit(fmt.Errorf("sink %s stopped: %w%s", sc.Name, runErr, runHint(runErr, sc.Name)))
 			}
 			return nil
 		},
@@ -310,6 +423,12 @@ the source's error.`,
 	return cmd
 }
 
+// unterminated is implemented by sources that leave a last line without
+// its line break unread (filesource).
+type unterminated interface {
+	Unterminated() map[string][2]int64
+}
+
 // runHint says what an error that stopped a run means for the operator.
 func runHint(err error, name string) string {
 	switch {
@@ -317,6 +436,8 @@ func runHint(err error, name string) string {
 		return "\nEvery partition of this instance was taken over by another instance (it was too slow, or cut off): nothing it wrote after the takeover lands. Another instance holds its partitions."
 	case errors.Is(err, sink.ErrUnresolved):
 		return fmt.Sprintf("\nA checkpoint's decision could not be settled: the next instance's restore settles it through the abort marker (xactl sink status %s shows its branches).", name)
+	case errors.Is(err, xa.ErrIdentity):
+		return fmt.Sprintf("\nA database answered under a name of the sink's configuration that is not the one the sink was set up with: nothing was written or resolved. Fix the configuration as the error says (xactl sink status %s shows it too).", name)
 	case errors.Is(err, sink.ErrTable):
 		return fmt.Sprintf("\nA table the sink writes does not fit its configuration: nothing was written. xactl doctor says how to fix it (the sink %s section).", name)
 	case errors.Is(err, sink.ErrAborted):

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -533,9 +534,29 @@ func testSinkDoctor(t *testing.T) {
 	if f := find(out, "PROCESS privilege ("+myName+")"); f.Severity != "ok" {
 		t.Errorf("PROCESS finding: %+v", f)
 	}
+	// The progress target's durability, as its start-up check found it
+	// (the test server runs with innodb_flush_log_at_trx_commit = 2).
+	if f := find(out, "decision durability ("+myName+"): innodb_flush_log_at_trx_commit"); f.Severity != "warn" || f.Value != "2" ||
+		!strings.Contains(f.Fix, "partial commit") || !strings.Contains(f.Fix, "SET GLOBAL innodb_flush_log_at_trx_commit=1") {
+		t.Errorf("decision durability finding: %+v", f)
+	}
 
 	r = e.runWith(few, "doctor").want(t, 0)
 	t.Logf("doctor's sink section:\n%s", r.stdout[strings.Index(r.stdout, "sink "+e.name):])
+
+	// With the progress in PostgreSQL (the test server runs with fsync
+	// off): its durability findings, and synchronous_commit is no concern
+	// of the sink's (its decisions force it on).
+	onPg := e.sinkConfig("onpg.yaml", src, "    progress: "+pgName+"\n")
+	r = e.runWith(onPg, "doctor", "-o", "json").want(t, 1)
+	out = doctorJSON{}
+	r.json(t, &out)
+	if f := find(out, "decision durability ("+pgName+"): fsync"); f.Severity != "warn" || f.Value != "off" || !strings.Contains(f.Fix, "partial commit") {
+		t.Errorf("decision durability (fsync) with the progress in PostgreSQL: %+v", f)
+	}
+	if f := find(out, "decision durability ("+pgName+"): synchronous_commit"); f.Severity != "ok" || !strings.Contains(f.Value, "set synchronous_commit on") {
+		t.Errorf("decision durability (synchronous_commit) with the progress in PostgreSQL: %+v", f)
+	}
 
 	many := e.sinkConfig("many.yaml", src, "    instances: 100\n")
 	r = e.runWith(many, "doctor", "-o", "json").want(t, 1)
@@ -897,4 +918,156 @@ func TestSinkPreparedTransactionsDisabled(t *testing.T) {
 			t.Errorf("sink setup refused, but created %s", tb)
 		}
 	}
+}
+
+// TestSinkFileGrowing: a file source read while its writer appends to it
+// (issue 13, item 5). The first run finds one whole line and half of the
+// second (the writer has not finished it); the writer then finishes it
+// and the second run reads on. Before, the half line was a record of its
+// own, and the second run read the rest as another: 2 lines, 3 rows.
+// Now a line is a record only once its line break is there: the first
+// run writes 1 row and stops before the half line (its position does not
+// pass it), says so, and the second run writes the second line whole.
+func TestSinkFileGrowing(t *testing.T) {
+	e := newSinkEnv(t)
+	const ddl = "CREATE TABLE lines (p VARCHAR(255) NOT NULL, pos VARCHAR(32) NOT NULL, body TEXT NOT NULL)"
+	if err := e.pg.Server.Exec(e.ctx, e.pg.Name, ddl); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(e.dir, "growing.ndjson")
+	first, second := `{"id": 1, "v": "one"}`, `{"id": 2, "v": "two"}`
+	half := len(second) / 2
+	if err := os.WriteFile(path, []byte(first+"\n"+second[:half]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tables := fmt.Sprintf("      - target: %s\n        name: lines\n        columns: {p: partition, pos: position, body: $}\n", pgName)
+	cfg := e.sinkTablesConfig("growing.yaml", "", "kind: file\npaths: ["+strconv.Quote(path)+"]", myName+", "+pgName, tables)
+	e.runWith(cfg, "sink", "setup", e.name).want(t, 0)
+
+	r := e.runWith(cfg, "sink", "run", e.name, "--progress-every", "0").want(t, 0)
+	t.Logf("first run (the second line half written):\n%s", r.stderr)
+	bodies := func() []string {
+		c := e.pgConn()
+		defer c.Close(context.Background())
+		rows, err := c.Query(e.ctx, "SELECT body FROM lines ORDER BY pos::bigint")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var b string
+			if err := rows.Scan(&b); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, b)
+		}
+		return out
+	}
+	if got := bodies(); !slices.Equal(got, []string{first}) {
+		t.Errorf("after the first run, lines holds %q; want only the whole line %q", got, first)
+	}
+	firstRun := r
+
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(second[half:] + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	r = e.runWith(cfg, "sink", "run", e.name, "--progress-every", "0").want(t, 0)
+	t.Logf("second run (the line finished):\n%s", r.stderr)
+	if got := bodies(); !slices.Equal(got, []string{first, second}) {
+		t.Fatalf("2 lines written, lines holds %d rows: %q; want %q and %q, once each", len(got), got, first, second)
+	}
+	r = e.runWith(cfg, "sink", "status", e.name, "-o", "json").want(t, 0)
+	var st sinkStatusJSON
+	r.json(t, &st)
+	fi, _ := os.Stat(path)
+	if len(st.Partitions) != 1 || st.Partitions[0].Position != strconv.FormatInt(fi.Size(), 10) || st.Lag == nil || *st.Lag != 0 {
+		t.Errorf("status after both lines: %s", r)
+	}
+	// The first run said what it left.
+	firstRun.stderrHas(t, "1 record committed in", "without its line break")
+}
+
+// TestSinkIdentity: xactl's sink commands refuse a configuration whose
+// target reaches another database than the one the sink was set up with
+// (issue 13), and show a target taken out of the sink's targets. The sink
+// is set up and run; then participant pg's DSN reaches another database
+// of the server, which holds a table events too: sink status, sink run
+// and sink setup exit 3 saying which database was expected, and doctor
+// fails the sink's identity check; nothing is written there. Then pg is
+// taken out of the sink's targets (still a participant): sink status
+// exits 3 naming it, and sink setup --forget-target pg, finding none of
+// the sink's branches prepared there, forgets it: status exits 0.
+func TestSinkIdentity(t *testing.T) {
+	e := newSinkEnv(t)
+	src := "kind: generator\nrecords: 300\npartitions: 2"
+	cfg := e.sinkConfig("sink.yaml", src, "    checkpoint: {records: 100, interval: 100ms}\n")
+	e.runWith(cfg, "sink", "setup", e.name).want(t, 0).stdoutHas(t, "Bound to the progress target "+myName+" now: "+myName+", "+pgName)
+	e.runWith(cfg, "sink", "setup", e.name).want(t, 0).stdoutHas(t, "Bound already: "+myName+", "+pgName)
+	e.runWith(cfg, "sink", "run", e.name, "--progress-every", "0").want(t, 0)
+	e.wantRowsOnce(300)
+
+	other := dbtest.PostgresDB(t)
+	if err := other.Server.Exec(e.ctx, other.Name, eventsDDL); err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := e.writeConfig("wrong.yaml", strings.Replace(string(text), strconv.Quote(e.pg.DSN()), strconv.Quote(other.DSN()), 1))
+	// Without a participant identity, the driver refuses the other
+	// database at once.
+	r := e.runWith(wrong, "sink", "status", e.name).want(t, 3)
+	r.stdoutHas(t, "IDENTITY MISMATCH", "participant \"pg\": the database has no identity")
+	// Given one (an operator's xactl participant init, taking it for a new
+	// participant), the sink's bindings refuse it.
+	e.runWith(wrong, "participant", "init", pgName).want(t, 0)
+	r = e.runWith(wrong, "sink", "status", e.name).want(t, 3)
+	t.Logf("sink status with pg on another database:\n%s%s", r.stdout, r.stderr)
+	r.stdoutHas(t, "IDENTITY MISMATCH", "target pg of sink "+e.name, e.pg.Name)
+	r = e.runWith(wrong, "sink", "run", e.name, "--progress-every", "0").want(t, 3)
+	t.Logf("sink run with pg on another database:\n%s", r.stderr)
+	r.stderrHas(t, "holds no binding of the sink", e.pg.Name, "nothing was written or resolved")
+	r = e.runWith(wrong, "sink", "setup", e.name).want(t, 3)
+	r.stderrHas(t, "holds no binding of the sink", e.pg.Name)
+	r = e.runWith(wrong, "doctor", "-o", "json").want(t, 1)
+	var out doctorJSON
+	r.json(t, &out)
+	if f, ok := doctorFindings(out, "sink "+e.name)["identity (bindings)"]; !ok || f.Severity != "FAIL" || !strings.Contains(f.Value, e.pg.Name) {
+		t.Errorf("doctor's identity finding with pg on another database: %+v", f)
+	}
+	if n := e.countOn(other, "SELECT count(*) FROM events"); n != 0 {
+		t.Errorf("the other database's events: %d rows, want none", n)
+	}
+
+	// pg taken out of the sink's targets.
+	tables := fmt.Sprintf("      - target: %s\n        name: events\n        columns: {id: $.id, p: partition, seq: $.seq, body: $}\n", myName)
+	without := e.sinkTablesConfig("without.yaml", "", src, myName, tables)
+	r = e.runWith(without, "sink", "status", e.name).want(t, 3)
+	t.Logf("sink status with pg out of the targets:\n%s", r.stdout)
+	r.stdoutHas(t, "Target pg (PostgreSQL database "+e.pg.Name, "no longer among its targets")
+	e.runWith(without, "sink", "setup", e.name, "--forget-target", myName).want(t, 2)
+	e.runWith(without, "sink", "setup", e.name, "--forget-target", pgName).want(t, 0).stdoutHas(t, "Target pg is forgotten")
+	e.runWith(without, "sink", "status", e.name).want(t, 0)
+}
+
+// countOn runs a count query on a PostgreSQL database.
+func (e *sinkEnv) countOn(db *dbtest.DB, q string) int {
+	e.t.Helper()
+	c, err := pgx.Connect(e.ctx, db.DSN())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var n int
+	if err := c.QueryRow(e.ctx, q).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
 }

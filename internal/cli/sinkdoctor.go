@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/xadb/xa/drivers"
@@ -173,6 +175,12 @@ func doctorSink(ctx context.Context, c *config.Config, sc config.Sink, checked m
 			add("sink tables", fmt.Sprintf("present in %s (%s)", sc.Progress, strings.Join(sink.Tables(), ", ")), xa.SeverityOK, "")
 		}
 	}
+	// Its identities: the progress target and the targets are the
+	// databases it was set up with.
+	fs = append(fs, sinkIdentityFinding(ctx, c, sc, g))
+	// How durable its decisions are: the progress target's own findings.
+	pc, _ := c.Participant(sc.Progress)
+	fs = append(fs, progressDurability(sc.Progress, pc.Driver, checked[sc.Progress])...)
 	// The tables it writes: there, with every mapped column and an
 	// upsert's unique key.
 	tables := sc.SinkTables()
@@ -300,4 +308,77 @@ func grantOf(checks []xa.Finding) string {
 		}
 	}
 	return "GRANT PROCESS ON *.* TO the sink's user"
+}
+
+// durabilityChecks name the participants' start-up findings that say how
+// durable a commit of theirs is (the server's settings: MySQL has no
+// per-session knob, and PostgreSQL's fsync and full_page_writes are the
+// server's too).
+var durabilityChecks = []string{"innodb_flush_log_at_trx_commit", "log_bin", "sync_binlog", "fsync", "full_page_writes", "synchronous_commit"}
+
+// progressDurability repeats, for a sink, what its progress target's
+// start-up check found about the durability of a commit there: the sink's
+// decisions, abort markers, epochs and generation fences are commits of
+// the progress target, and a decision lost in a crash after another
+// target committed on its strength is a partial commit. PostgreSQL's
+// synchronous_commit is no concern of the sink's: its decisions and
+// fences set it on in their own transactions (docs/sink.md).
+func progressDurability(progress, driver string, checks []xa.Finding) []xa.Finding {
+	var fs []xa.Finding
+	for _, f := range checks {
+		if !slices.ContainsFunc(durabilityChecks, func(n string) bool { return strings.Contains(f.Name, n) }) {
+			continue
+		}
+		g := f
+		g.Name = "decision durability (" + progress + "): " + f.Name
+		switch {
+		case strings.Contains(f.Name, "synchronous_commit") && driver == sink.DriverPostgres:
+			g.Value += "; the sink's decisions and fences set synchronous_commit on in their own transactions"
+			g.Severity, g.Fix = xa.SeverityOK, ""
+		case f.Severity != xa.SeverityOK:
+			g.Fix = "the sink's decisions, abort markers and epochs are commits of " + progress +
+				": one lost in a crash after another target committed on its strength is a partial commit. " + f.Fix
+		}
+		fs = append(fs, g)
+	}
+	if len(fs) == 0 {
+		fs = append(fs, xa.Finding{Name: "decision durability (" + progress + ")", Value: "unknown: the participant's start-up check did not say",
+			Severity: xa.SeverityWarn, Fix: "see participant " + progress})
+	}
+	return fs
+}
+
+// sinkIdentityFinding checks the sink's bindings as its restore does
+// (sink.Sink.Verify): the progress target is the store its targets are
+// bound to, each target the database the progress target recorded.
+func sinkIdentityFinding(ctx context.Context, c *config.Config, sc config.Sink, g *globals) xa.Finding {
+	f := xa.Finding{Name: "identity (bindings)"}
+	cfg := c.SinkConfig(sc)
+	cfg.Logger = g.sinkLogger()
+	s, err := sink.Open(ctx, cfg)
+	if err != nil {
+		f.Value, f.Severity, f.Fix = "could not be checked: "+err.Error(), xa.SeverityFail, "see the participants' findings"
+		return f
+	}
+	defer s.Close()
+	removed, err := s.Verify(ctx)
+	switch {
+	case errors.Is(err, xa.ErrIdentity):
+		f.Value, f.Severity = err.Error(), xa.SeverityFail
+		f.Fix = "as the value says (xactl sink setup " + sc.Name + " binds a sink set up for the first time): no instance starts and no restore acts meanwhile"
+	case err != nil:
+		f.Value, f.Severity, f.Fix = "could not be checked: "+err.Error(), xa.SeverityFail, "see the participants' findings"
+	case len(removed) > 0:
+		var names []string
+		for _, r := range removed {
+			names = append(names, r.Name+" ("+r.Where+")")
+		}
+		f.Value = "targets set up for the sink and no longer among its targets: " + strings.Join(names, ", ")
+		f.Severity = xa.SeverityWarn
+		f.Fix = "their prepared branches are neither listed nor resolved, and restore keeps every decision meanwhile: put them back, or forget each once it holds no prepared branch of the sink (xactl sink setup " +
+			sc.Name + " --forget-target NAME)"
+	default:
+		f.Value, f.Severity = fmt.Sprintf("the progress target %s and every target are the databases the sink was set up with", sc.Progress), xa.SeverityOK
+	}
+	return f
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/xadb/xa/internal/config"
 	"github.com/xadb/xa/sink"
+	"github.com/xadb/xa/xa"
 )
 
 // sinkBranchView is one prepared branch of a sink, as sink status and list
@@ -150,8 +152,16 @@ type sinkStatusView struct {
 	Branches       []sinkBranchView `json:"branches"`
 	BranchesListed bool             `json:"branches_listed"`
 	// Stuck counts the branches restore would not resolve by itself.
-	Stuck  int      `json:"stuck"`
-	Errors []string `json:"errors"`
+	Stuck int `json:"stuck"`
+	// Identity says why the sink's stores are not the ones it was set up
+	// with (a DSN that reaches another database): restore refuses to act
+	// then, and no instance starts (exit code 3).
+	Identity []string `json:"identity"`
+	// Removed are targets set up for the sink and no longer configured
+	// ("name (database)"): their prepared branches are neither listed nor
+	// resolved (exit code 3).
+	Removed []string `json:"removed"`
+	Errors  []string `json:"errors"`
 }
 
 func newSinkStatus(g *globals) *cobra.Command {
@@ -175,8 +185,19 @@ restore would do with each, as an instance starting now would:
                          partitions (it may be deciding it now); or an
                          external member's, which only its Restore resolves
 
+First, the sink's identities are checked as a restore checks them: the
+progress target must be the store the targets are bound to, and each target
+the database the progress target recorded under its name (xactl sink setup
+binds them). A mismatch is shown with what was expected and how to fix the
+configuration; the branches are then not listed (the positions shown are
+those of the progress table that answered). A target set up for the sink
+and no longer among its targets is shown too: its prepared branches are
+neither listed nor resolved.
+
 Exit code 3 when prepared branches remain that restore would not resolve by
-itself; 1 when the source or the targets could not be read.`,
+itself, when an identity does not match, or when a target was taken out of
+the configuration while recorded; 1 when the source or the targets could
+not be read.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, sc, err := g.loadSink(args[0])
@@ -194,9 +215,11 @@ itself; 1 when the source or the targets could not be read.`,
 			}
 			g.out.errors(v.Errors)
 			switch {
+			case len(v.Identity) > 0:
+				return &exitError{code: ExitInDoubt, err: fmt.Errorf("sink %s: its stores are not the ones it was set up with: %s", sc.Name, strings.Join(v.Identity, "; "))}
 			case len(v.Errors) > 0:
 				return &exitError{code: ExitError, err: fmt.Errorf("the status of sink %s is incomplete: %s", sc.Name, plural(len(v.Errors), "error"))}
-			case v.Stuck > 0:
+			case v.Stuck > 0 || len(v.Removed) > 0:
 				return errInDoubt
 			}
 			return nil
@@ -208,7 +231,8 @@ itself; 1 when the source or the targets could not be read.`,
 // prepared branches.
 func readSinkStatus(ctx context.Context, c *config.Config, sc config.Sink, g *globals) (sinkStatusView, error) {
 	v := sinkStatusView{Sink: sc.Name, Source: sourceText(sc.Source), Targets: sc.Targets, Progress: sc.Progress,
-		Partitions: []sinkPartitionView{}, Instances: []sinkInstanceView{}, Branches: []sinkBranchView{}, Errors: []string{}}
+		Partitions: []sinkPartitionView{}, Instances: []sinkInstanceView{}, Branches: []sinkBranchView{}, Errors: []string{},
+		Identity: []string{}, Removed: []string{}}
 	cfg := c.SinkConfig(sc)
 	cfg.Logger = g.sinkLogger()
 	var st sink.Status
@@ -219,7 +243,11 @@ func readSinkStatus(ctx context.Context, c *config.Config, sc config.Sink, g *gl
 		v.BranchesListed = err == nil
 	}
 	if err != nil {
-		v.Errors = append(v.Errors, fmt.Sprintf("the sink's targets could not be read (its prepared branches are not listed): %v", err))
+		if errors.Is(err, xa.ErrIdentity) {
+			v.Identity = append(v.Identity, err.Error())
+		} else {
+			v.Errors = append(v.Errors, fmt.Sprintf("the sink's targets could not be read (its prepared branches are not listed): %v", err))
+		}
 		st, err = sink.ReadStatus(ctx, c.ProgressTarget(sc), sc.Name)
 		if err != nil {
 			return v, fmt.Errorf("sink %s: reading its progress table in %s: %w%s", sc.Name, sc.Progress, err, setupHint(err, sc.Name))
@@ -285,6 +313,9 @@ func readSinkStatus(ctx context.Context, c *config.Config, sc config.Sink, g *gl
 		}
 		v.Instances = append(v.Instances, iv)
 	}
+	for _, r := range st.Removed {
+		v.Removed = append(v.Removed, r.Name+" ("+r.Where+")")
+	}
 	for i := range st.Branches {
 		bv := newSinkBranchView(c, st.Branches[i].Ref, &st.Branches[i])
 		if bv.Stuck {
@@ -306,6 +337,13 @@ func setupHint(err error, name string) string {
 
 func (v sinkStatusView) print(w io.Writer) {
 	fmt.Fprintf(w, "Sink %s: %s into %s; progress in %s.\n", v.Sink, v.Source, strings.Join(v.Targets, ", "), v.Progress)
+	for _, id := range v.Identity {
+		fmt.Fprintf(w, "IDENTITY MISMATCH: %s\nNo instance starts and no restore acts until the configuration is fixed; the positions below are those of the progress table that answered.\n", id)
+	}
+	for _, r := range v.Removed {
+		fmt.Fprintf(w, "Target %s was set up for the sink and is no longer among its targets: its prepared branches are neither listed nor resolved, "+
+			"and restore keeps the decisions they may need (xactl sink setup %s --forget-target once it holds none).\n", r, v.Sink)
+	}
 	if len(v.Partitions) == 0 {
 		fmt.Fprintln(w, "No partitions: the sink has not read anything yet, and the source names none.")
 	} else {
@@ -376,6 +414,8 @@ func (v sinkStatusView) print(w io.Writer) {
 
 	fmt.Fprintln(w)
 	switch {
+	case !v.BranchesListed && len(v.Identity) > 0:
+		fmt.Fprintln(w, "Prepared branches: not listed (the identity mismatch above).")
 	case !v.BranchesListed:
 		fmt.Fprintln(w, "Prepared branches: unknown (the targets could not be read).")
 	case len(v.Branches) == 0:

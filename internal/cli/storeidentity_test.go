@@ -265,6 +265,8 @@ func TestRecoveryReachingAnotherDatabase(t *testing.T) {
 			t.Fatalf("recover does not say the stores are not the recorded ones: %s", r)
 		}
 	}
+	// Nor does a resolution by hand act on another database, forced or not.
+	e.runWith(wrong, "rollback", gid, "--participant", pgName, "--force", "--reason", "test").want(t, 1).stderrHas(t, "another database answers")
 	if !e.pgPrepared(gid) {
 		t.Fatal("PostgreSQL's branch is gone")
 	}

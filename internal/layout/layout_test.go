@@ -36,7 +36,7 @@ var testRigs = []string{"internal/testrig/dbtest", "internal/testrig/memrm", "in
 const lab = "internal/lab"
 
 // product are the product's packages, as go list patterns.
-var product = []string{"xa", "drivers/...", "recovery", "recovery/filelog", "metrics", "otelxa", "sink/...", "internal/cli", "internal/config", "cmd/xactl"}
+var product = []string{"xa", "drivers/...", "recovery", "recovery/filelog", "recovery/sqllog", "internal/logdb", "metrics", "otelxa", "sink/...", "internal/cli", "internal/config", "cmd/xactl"}
 
 // testHelpers are the exported test helpers: test code, importable by
 // other modules, so nothing under internal/.

@@ -174,6 +174,9 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := r.s.Bind(ctx); err != nil {
+		t.Fatal(err)
+	}
 	// Cleanups run last-in first-out: the workers go first, then the
 	// test's handles, then kfake.
 	t.Cleanup(kc.Close)

@@ -3,6 +3,11 @@
 // given; a record per non-empty line, its value the line without the line
 // break; the position after a record is the byte offset just past its
 // line, in decimal. Files are read to their end: the source is bounded.
+//
+// A line is a record only once its line break is there: a file may be
+// being appended to, and a last line without its break may be half of
+// one. It is not read, and no position goes past it, until the break is
+// written (the next run reads it whole). End every file with a line break.
 package filesource
 
 import (
@@ -45,6 +50,9 @@ type part struct {
 	r    *bufio.Reader
 	off  int64 // offset of the next byte r returns
 	eof  bool
+	// partial is the length of an unterminated last line seen at the
+	// end of the file (not read: see the package comment).
+	partial int64
 }
 
 var _ sink.Source = (*Source)(nil)
@@ -122,7 +130,10 @@ func (s *Source) Poll(ctx context.Context) ([]sink.Record, error) {
 	return out, nil
 }
 
-// next reads one line of p; ok is false for an empty line or the end.
+// next reads one line of p; ok is false for an empty line or the end. A
+// last line without its line break is left unread (p.partial says how
+// long it is): it may be half of a line still being written, and the
+// position must not pass it.
 func (s *Source) next(p *part) (sink.Record, bool, error) {
 	var line []byte
 	for {
@@ -135,7 +146,8 @@ func (s *Source) next(p *part) (sink.Record, bool, error) {
 			continue
 		}
 		if errors.Is(err, io.EOF) {
-			p.eof = true
+			p.eof, p.partial = true, int64(len(line))
+			return sink.Record{}, false, nil
 		} else if err != nil {
 			return sink.Record{}, false, fmt.Errorf("filesource: %s: %w", p.name, err)
 		}
@@ -147,6 +159,19 @@ func (s *Source) next(p *part) (sink.Record, bool, error) {
 		return sink.Record{}, false, nil
 	}
 	return sink.Record{Partition: p.name, Next: strconv.FormatInt(p.off, 10), Value: value}, true, nil
+}
+
+// Unterminated returns, per file whose end was reached and which ends in
+// a line without its line break, that line's offset and length: it was
+// not read (see the package comment).
+func (s *Source) Unterminated() map[string][2]int64 {
+	out := map[string][2]int64{}
+	for _, p := range s.parts {
+		if p.eof && p.partial > 0 {
+			out[p.name] = [2]int64{p.off, p.partial}
+		}
+	}
+	return out
 }
 
 // Seek positions each file of positions at its byte offset ("" : 0).
@@ -180,7 +205,7 @@ func (s *Source) Seek(ctx context.Context, positions map[string]string) error {
 			return fmt.Errorf("filesource: %s: %w", name, err)
 		}
 		p.r = bufio.NewReaderSize(p.f, 64<<10)
-		p.off, p.eof = off, false
+		p.off, p.eof, p.partial = off, false, 0
 	}
 	return nil
 }
@@ -217,8 +242,8 @@ func slicesOf(ps []*part) []string {
 // Remaining returns how many records the file at path holds past position
 // (a position of this source: the byte offset just past a record's line;
 // "": the file's start), as the source would read them now: its non-empty
-// lines from there to the end, the last one counted even without its line
-// break. It reads the file from the position on.
+// lines from there to the end, not counting a last line without its line
+// break (not a record yet). It reads the file from the position on.
 func Remaining(path, position string) (int64, error) {
 	var off int64
 	if position != "" {
@@ -245,15 +270,15 @@ func Remaining(path, position string) (int64, error) {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
-		if err != nil && !errors.Is(err, io.EOF) {
+		if errors.Is(err, io.EOF) {
+			return n, nil // an unterminated last line is no record yet
+		}
+		if err != nil {
 			return 0, fmt.Errorf("filesource: %s: %w", path, err)
 		}
 		if content {
 			n++
 		}
 		content = false
-		if err != nil {
-			return n, nil
-		}
 	}
 }

@@ -38,6 +38,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"sort"
@@ -70,9 +71,15 @@ const (
 	TM     Mode = "tm"
 	Async  Mode = "tm-async"
 	Last   Mode = "tm-last"
+	// SQLPostgres and SQLMySQL are tm with the shared decision log
+	// (recovery/sqllog) in PostgreSQL and in MariaDB/MySQL instead of the
+	// embedded one (AddSQLLog).
+	SQLPostgres Mode = "tm-sqllog-pg"
+	SQLMySQL    Mode = "tm-sqllog-maria"
 )
 
-// Modes in the order they are reported.
+// Modes in the order they are reported; a Setup adds the SQL logs' modes
+// it was given (Setup.Modes).
 var Modes = []Mode{Local, Raw, RawLog, TM, Async, Last}
 
 // MaxParticipants is the most participants a transfer can have.
@@ -119,6 +126,9 @@ type Setup struct {
 	AsyncMgr *xa.Manager // with AsyncCommit
 	LastPG   *xapg.RM    // PostgreSQL with a decision table: the last resource
 	LastMgr  *xa.Manager
+	// SQL are the managers on shared decision logs (AddSQLLog), by mode.
+	SQL      map[Mode]*xa.Manager
+	sqlModes []Mode
 	stopScan func()
 	Rows     int // rows per worker
 	// Participants is the number of participants of each transfer, from
@@ -134,6 +144,26 @@ type Setup struct {
 	pidOnce      sync.Once
 	myPID, pgPID int // the servers' process ids, 0 if not on this machine
 }
+
+// AddSQLLog adds mode m: the transaction manager with log, a shared
+// decision log (recovery/sqllog) opened by its node's process, as tm has
+// the embedded one.
+func (s *Setup) AddSQLLog(m Mode, log xa.RecoveryLog) error {
+	mgr, err := xa.NewManager(xa.Config{Node: log.Identity().Node, Log: log})
+	if err != nil {
+		return err
+	}
+	if s.SQL == nil {
+		s.SQL = map[Mode]*xa.Manager{}
+	}
+	s.SQL[m] = mgr
+	s.sqlModes = append(s.sqlModes, m)
+	return nil
+}
+
+// Modes returns the modes this setup measures, in the order they are
+// reported.
+func (s *Setup) Modes() []Mode { return append(append([]Mode{}, Modes...), s.sqlModes...) }
 
 // Open connects to both databases and creates the accounts tables (rows
 // rows for each of workers workers) in the given databases, which must
@@ -420,6 +450,9 @@ func (s *Setup) Transfer(ctx context.Context, m Mode, w, i int) error {
 	case Last:
 		return s.tm(ctx, s.LastMgr, s.LastPG, row, n)
 	}
+	if mgr, ok := s.SQL[m]; ok {
+		return s.tm(ctx, mgr, s.PGRM, row, n)
+	}
 	return fmt.Errorf("bench: unknown mode %q", m)
 }
 
@@ -639,31 +672,61 @@ func (s *Setup) Measure(ctx context.Context, m Mode, workers int, d time.Duratio
 		err bool
 	}
 	start := time.Now()
-	stop := start.Add(d/5 + d)
+	// The window opens at open and the workers stop at stop (nanoseconds
+	// since start), each set when it comes; inWindow counts the transfers
+	// that ended in the window.
+	var open, stop, inWindow atomic.Int64
+	open.Store(math.MaxInt64)
+	stop.Store(math.MaxInt64)
 	var mu sync.Mutex
 	var all []done
-	var wg sync.WaitGroup
+	var wg, warm sync.WaitGroup
+	warm.Add(workers)
 	for w := 0; w < workers; w++ {
 		wg.Go(func() {
 			mine := make([]done, 0, 1024)
 			for i := 0; ; i++ {
 				t0 := time.Now()
-				if !t0.Before(stop) || ctx.Err() != nil {
+				if t0.Sub(start) >= time.Duration(stop.Load()) || ctx.Err() != nil {
 					break
 				}
 				err := s.Transfer(ctx, m, w, i)
 				t1 := time.Now()
 				mine = append(mine, done{at: t1, lat: t1.Sub(t0), err: err != nil})
+				if t1.Sub(start) >= time.Duration(open.Load()) {
+					inWindow.Add(1)
+				}
+				if i == 0 {
+					warm.Done()
+				}
+			}
+			if len(mine) == 0 {
+				warm.Done()
 			}
 			mu.Lock()
 			all = append(all, mine...)
 			mu.Unlock()
 		})
 	}
+	// The warm-up: d/5, and until every worker has made a transfer (its
+	// connections are made), so that the window measures the steady state.
 	sleepUntil(ctx, start.Add(d/5))
+	warmed := make(chan struct{})
+	go func() { warm.Wait(); close(warmed) }()
+	select {
+	case <-warmed:
+	case <-ctx.Done():
+	}
 	from, cpu0, srv0 := time.Now(), processCPU(), s.serversCPU(ctx)
-	sleepUntil(ctx, stop)
+	open.Store(int64(from.Sub(start)))
+	sleepUntil(ctx, from.Add(d))
+	// A window in which no transfer ended (one slower than the window, on
+	// a loaded machine) measures nothing: it lasts until one ends.
+	for inWindow.Load() == 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
 	to, cpu1, srv1 := time.Now(), processCPU(), s.serversCPU(ctx)
+	stop.Store(int64(to.Sub(start)))
 	wg.Wait()
 	st := Stats{Mode: m, Workers: workers, Elapsed: to.Sub(from), Participants: s.participants()}
 	lat := make([]time.Duration, 0, len(all))
@@ -768,11 +831,11 @@ type Comparison struct {
 	total  int64     // the balance over both databases before the run
 }
 
-// Compare measures every mode rounds times, interleaved (local, raw, tm,
-// local, raw, tm, ...), so that drift in the machine's speed hits all
+// Compare measures every mode of s rounds times, interleaved (local, raw,
+// tm, local, raw, tm, ...), so that drift in the machine's speed hits all
 // modes alike. A round's figures count only error-free transfers.
 func Compare(ctx context.Context, s *Setup, workers int, d time.Duration, rounds int) (Comparison, error) {
-	return CompareModes(ctx, s, Modes, workers, d, rounds)
+	return CompareModes(ctx, s, s.Modes(), workers, d, rounds)
 }
 
 // CompareModes is Compare of the given modes only.
@@ -799,7 +862,7 @@ func CompareModes(ctx context.Context, s *Setup, modes []Mode, workers int, d ti
 				return c, err
 			}
 			round = append(round, st)
-			if st.TPS > c.Best[i].TPS {
+			if c.Best[i].Mode == "" || st.TPS > c.Best[i].TPS {
 				c.Best[i] = st
 			}
 		}

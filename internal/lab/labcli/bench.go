@@ -1,6 +1,8 @@
 package labcli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -11,12 +13,15 @@ import (
 
 	"github.com/xadb/xa/internal/lab/bench"
 	"github.com/xadb/xa/internal/lab/logbench"
+	"github.com/xadb/xa/internal/logdb"
 	"github.com/xadb/xa/internal/testrig/localdb"
 	"github.com/xadb/xa/recovery/filelog"
+	"github.com/xadb/xa/recovery/sqllog"
+	"github.com/xadb/xa/xa"
 )
 
 func newBench(g *globals) *cobra.Command {
-	var mysqlDSN, pgDSN, dir string
+	var mysqlDSN, pgDSN, dir, logPG, logMy string
 	var workers int
 	var d time.Duration
 	var rounds int
@@ -43,16 +48,24 @@ transfers (one row down in MySQL, one up in PostgreSQL) made these ways:
          commits in one phase with the decision row, MySQL commits; no
          decision-log write
 
+  tm-sqllog-pg     tm with the shared decision log (recovery/sqllog) in PostgreSQL
+  tm-sqllog-maria  the same in MariaDB (MySQL)
+
 with TPS, latency and the client's CPU per transaction (this process's CPU
-time over the measuring window divided by the transactions), and the ratios
-to raw. Then the decision log alone: decisions per second at 1, 16 and 64
-concurrent writers, for the embedded log and for Pebble, next to what the
-disk allows (writers divided by the time of one synchronous write, measured
-in the same run).
+time over the measuring window divided by the transactions), the ratios to
+raw, and of the shared log's modes to tm. Then the decision log alone:
+decisions per second at 1, 16 and 64 concurrent writers, for the embedded
+log, Pebble, and the shared log in PostgreSQL and in MariaDB, and next to
+them what the disk allows (writers divided by the time of one synchronous
+write, measured in the same run). The shared logs are built as xactl builds
+them, with its defaults (group commit, one batch in flight, the next built
+meanwhile).
 
 Without --mysql-dsn/--postgres-dsn (or XA_MYSQL_DSN/XA_POSTGRES_DSN), it
-starts throw-away MariaDB and PostgreSQL servers on loopback. With them, it
-creates tables named accounts in those databases (drop them first).`,
+starts throw-away MariaDB and PostgreSQL servers on loopback, and puts the
+shared logs in a database xalog of each. With them, it creates tables named
+accounts in those databases (drop them first), and measures the shared logs
+only in the databases of --log-postgres-dsn and --log-mysql-dsn.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -68,6 +81,10 @@ creates tables named accounts in those databases (drop them first).`,
 					return err
 				}
 				mysqlDSN, pgDSN = my.DSN("bench"), pg.DSN("bench")
+				if err := errors.Join(my.Exec(ctx, "", "CREATE DATABASE xalog"), pg.Exec(ctx, "", "CREATE DATABASE xalog")); err != nil {
+					return err
+				}
+				logMy, logPG = my.DSN("xalog"), pg.DSN("xalog")
 			}
 			logDir, err := os.MkdirTemp(dir, "xa-bench-log-")
 			if err != nil {
@@ -84,7 +101,26 @@ creates tables named accounts in those databases (drop them first).`,
 				return err
 			}
 			defer s.Close()
-			modes, err := benchModes(modeList)
+			var stores []logbench.Store
+			for _, sl := range []struct {
+				mode      bench.Mode
+				store     string
+				kind, dsn string
+			}{{bench.SQLPostgres, "sqllog-pg", logdb.Postgres, logPG}, {bench.SQLMySQL, "sqllog-maria", logdb.MySQL, logMy}} {
+				if sl.dsn == "" {
+					continue
+				}
+				l, closeLog, err := openBenchLog(ctx, sl.kind, sl.dsn, "bench-"+sl.kind)
+				if err != nil {
+					return fmt.Errorf("the shared decision log in %s: %w", sl.kind, err)
+				}
+				defer closeLog()
+				if err := s.AddSQLLog(sl.mode, l); err != nil {
+					return err
+				}
+				stores = append(stores, logbench.SQLStore(sl.store, sl.kind, sl.dsn))
+			}
+			modes, err := benchModes(modeList, s.Modes())
 			if err != nil {
 				return err
 			}
@@ -101,10 +137,13 @@ creates tables named accounts in those databases (drop them first).`,
 					st.CPU.Round(time.Microsecond), cpuText(st.MySQLCPU), cpuText(st.PostgresCPU), st.Ops, st.Errors)
 			}
 			tw.Flush()
-			var compared []bench.Mode
+			var compared, onSQL []bench.Mode
 			for _, m := range modes {
 				if m != bench.Local && m != bench.Raw {
 					compared = append(compared, m)
+				}
+				if s.SQL[m] != nil && slices.Contains(modes, bench.TM) {
+					onSQL = append(onSQL, m)
 				}
 			}
 			fmt.Fprint(g.stdout, "ratio to raw (TPS):")
@@ -112,11 +151,22 @@ creates tables named accounts in those databases (drop them first).`,
 				fmt.Fprintf(g.stdout, "   %s %.2f", m, res.Ratio(m, bench.Raw))
 			}
 			fmt.Fprintln(g.stdout)
+			for _, m := range onSQL {
+				fmt.Fprintf(g.stdout, "ratio to tm (the embedded log): %s %.2f\n", m, res.Ratio(m, bench.TM))
+			}
 			if rounds > 1 {
 				fmt.Fprintln(g.stdout, "the same ratios round by round (their spread is the machine's noise), and their median:")
 				for _, m := range compared {
 					rs := res.RoundRatios(m, bench.Raw)
-					fmt.Fprintf(g.stdout, "  %-8s", m)
+					fmt.Fprintf(g.stdout, "  %-22s", m+" / raw")
+					for _, r := range rs {
+						fmt.Fprintf(g.stdout, " %.2f", r)
+					}
+					fmt.Fprintf(g.stdout, "   median %.2f\n", bench.Median(rs))
+				}
+				for _, m := range onSQL {
+					rs := res.RoundRatios(m, bench.TM)
+					fmt.Fprintf(g.stdout, "  %-22s", m+" / tm")
 					for _, r := range rs {
 						fmt.Fprintf(g.stdout, " %.2f", r)
 					}
@@ -126,7 +176,7 @@ creates tables named accounts in those databases (drop them first).`,
 			fmt.Fprintln(g.stdout, "client CPU per transaction over raw's, round by round, and the median:")
 			for _, m := range compared {
 				rs := res.RoundCPURatios(m, bench.Raw)
-				fmt.Fprintf(g.stdout, "  %-8s", m)
+				fmt.Fprintf(g.stdout, "  %-22s", m)
 				for _, r := range rs {
 					fmt.Fprintf(g.stdout, " %.2f", r)
 				}
@@ -140,17 +190,21 @@ creates tables named accounts in those databases (drop them first).`,
 			}
 			fmt.Fprintf(g.stdout, "\ndecision log alone (two-branch commit record + forget, real fsync, in %s):\n", logDir)
 			writerCounts := []int{1, 16, 64}
-			lr, err := logbench.Compare(ctx, logbench.DefaultStores(), writerCounts, logbench.Config{Dir: dir, Duration: d, Disk: true})
+			lr, err := logbench.Compare(ctx, append(logbench.DefaultStores(), stores...), writerCounts, logbench.Config{Dir: dir, Duration: d, Disk: true})
 			if err != nil {
 				return err
 			}
 			tw = table(g.stdout)
-			fmt.Fprintln(tw, "STORE\tWRITERS\tDECISIONS/S\tAVG GROUP\tP50\tP99\tFS")
+			fmt.Fprintln(tw, "STORE\tWRITERS\tDECISIONS/S\tAVG GROUP\tP50\tP99\tWHERE")
 			for _, r := range lr {
 				if r.Store == logbench.DiskName {
 					continue
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\n", r.Store, r.Writers, r.PerSecond, r.AvgGroup, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Filesystem)
+				where := r.Filesystem
+				if strings.HasPrefix(r.Store, "sqllog") {
+					where = "its database (group = records per commit)"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\n", r.Store, r.Writers, r.PerSecond, r.AvgGroup, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), where)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -186,6 +240,8 @@ creates tables named accounts in those databases (drop them first).`,
 	f := cmd.Flags()
 	f.StringVar(&mysqlDSN, "mysql-dsn", "", "MySQL/MariaDB database to use")
 	f.StringVar(&pgDSN, "postgres-dsn", "", "PostgreSQL database to use")
+	f.StringVar(&logPG, "log-postgres-dsn", "", "PostgreSQL database for the shared decision log (with --postgres-dsn; default: none)")
+	f.StringVar(&logMy, "log-mysql-dsn", "", "MySQL/MariaDB database for the shared decision log (with --mysql-dsn; default: none)")
 	f.IntVar(&workers, "workers", 16, "concurrent workers")
 	f.DurationVar(&d, "duration", 5*time.Second, "measuring time per mode and round")
 	f.IntVar(&rounds, "rounds", 2, "rounds of all three modes (interleaved, to even out drift)")
@@ -206,25 +262,54 @@ func cpuText(d time.Duration) string {
 	return d.Round(time.Microsecond).String()
 }
 
-// benchModes returns the modes named in list, in bench.Modes order, raw
+// benchModes returns the modes of all named in list, in all's order, raw
 // always among them; all of them for an empty list.
-func benchModes(list []string) ([]bench.Mode, error) {
+func benchModes(list []string, all []bench.Mode) ([]bench.Mode, error) {
 	if len(list) == 0 {
-		return bench.Modes, nil
+		return all, nil
 	}
 	want := map[bench.Mode]bool{bench.Raw: true}
 	for _, name := range list {
 		m := bench.Mode(strings.TrimSpace(name))
-		if !slices.Contains(bench.Modes, m) {
-			return nil, usageErr("--modes: %q is not a mode (%v)", name, bench.Modes)
+		if !slices.Contains(all, m) {
+			return nil, usageErr("--modes: %q is not a mode (%v)", name, all)
 		}
 		want[m] = true
 	}
 	var out []bench.Mode
-	for _, m := range bench.Modes {
+	for _, m := range all {
 		if want[m] {
 			out = append(out, m)
 		}
 	}
 	return out, nil
+}
+
+// openBenchLog opens node's shared decision log in the database of kind at
+// dsn as its node's process does, with xactl's defaults, creating it (and
+// the tables) the first time.
+func openBenchLog(ctx context.Context, kind, dsn, node string) (*sqllog.Log, func(), error) {
+	db, d, err := logdb.Open(kind, dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := sqllog.NewStore(db, d, sqllog.Options{})
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	ident, err := xa.NewLogIdentity(node, 0, 0, time.Now())
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	l, err := s.Create(ctx, ident)
+	if errors.Is(err, sqllog.ErrExist) {
+		l, err = s.Open(ctx, node)
+	}
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return l, func() { l.Close(); db.Close() }, nil
 }

@@ -342,6 +342,13 @@ func runDemo(ctx context.Context, g *globals, o demoOpts) error {
 		return fmt.Errorf("creating the decision log: %s", r)
 	}
 	s.say("the grace is the timeout plus the coordinator's phase-2 retries, %d x %s (smaller than the defaults, as the warning asks), and a second", demoPhase2Attempts, demoPhase2Timeout)
+	r = x.run(ctx, "table", "participant", "init")
+	s.show(r)
+	if r.code != cli.ExitOK {
+		return fmt.Errorf("setting the participants up: %s", r)
+	}
+	s.say("each participant carries an identity now: the coordinator records it in the log before it prepares a branch there, " +
+		"and recovery acts on a participant only while the database that answers has that identity")
 	s.say("each transfer debits one database and credits the other, and writes a ledger row in both, in one global transaction")
 	committed, summary, err := runWorker(ctx, s, o, logDir)
 	if err != nil {

@@ -383,6 +383,9 @@ func (s *Setup) runSink(ctx context.Context, t Target, g gensource.Config) (int,
 	}
 	defer sk.Close()
 	defer s.forget(context.WithoutCancel(ctx), t, name)
+	if _, err := sk.Bind(ctx); err != nil {
+		return 0, 0, err
+	}
 	obs := &checkpoints{}
 	opts := sink.RunOptions{CheckpointRecords: 1 << 30, CheckpointInterval: s.cfg.Interval, Observer: obs, Logger: s.cfg.Logger,
 		SweepInterval: -1}
@@ -416,7 +419,7 @@ func (s *Setup) runSink(ctx context.Context, t Target, g gensource.Config) (int,
 
 // forget deletes the bookkeeping rows of sink name.
 func (s *Setup) forget(ctx context.Context, t Target, name string) {
-	for _, tb := range []string{"xa_sink_progress", "xa_sink_decisions", "xa_sink_instances"} {
+	for _, tb := range []string{"xa_sink_progress", "xa_sink_decisions", "xa_sink_instances", "xa_sink_generations", "xa_sink_bindings"} {
 		if t == MySQL {
 			s.my.ExecContext(ctx, "DELETE FROM "+tb+" WHERE sink = ?", name) //nolint:errcheck
 		} else {

@@ -185,12 +185,19 @@ func Setup(ctx context.Context, mysqlDSN, pgDSN string) error {
 	if err := sink.Setup(ctx, ProgressTarget(mysqlDSN, pgDSN)); err != nil {
 		return err
 	}
-	for _, q := range []string{"xa_sink_progress", "xa_sink_decisions", "xa_sink_instances"} {
+	for _, q := range []string{"xa_sink_progress", "xa_sink_decisions", "xa_sink_instances", "xa_sink_generations"} {
 		if _, err := pg.Exec(ctx, "DELETE FROM "+q+" WHERE sink = $1", SinkName); err != nil {
 			return fmt.Errorf("postgres: %w", err)
 		}
 	}
-	return nil
+	// Bind the targets to the progress store (xactl sink setup does it).
+	s, err := sink.Open(ctx, Config(mysqlDSN, pgDSN))
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	_, err = s.Bind(ctx)
+	return err
 }
 
 func openMySQL(dsn string) (*sql.DB, error) {
