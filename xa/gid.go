@@ -81,13 +81,20 @@ func NewGlobalID(node string, now time.Time) (GlobalID, error) {
 
 // String returns the gtrid text of g.
 func (g GlobalID) String() string {
-	b := make([]byte, 0, len(gtridPrefix)+len(g.Node)+1+idHexLen)
+	b := make([]byte, 0, g.textLen())
+	return string(g.appendText(b))
+}
+
+// textLen is the length of g's text.
+func (g GlobalID) textLen() int { return len(gtridPrefix) + len(g.Node) + 1 + idHexLen }
+
+// appendText appends the gtrid text of g to b.
+func (g GlobalID) appendText(b []byte) []byte {
 	b = append(b, gtridPrefix...)
 	b = append(b, g.Node...)
 	b = append(b, '.')
 	b = AppendHex(b, uint64(g.Begun.UnixMilli())&(1<<48-1), 12)
-	b = AppendHex(b, g.Rand, 16)
-	return string(b)
+	return AppendHex(b, g.Rand, 16)
 }
 
 // AppendHex appends v as exactly n lower-case hex digits: the fixed-width
@@ -106,7 +113,7 @@ func AppendHex(b []byte, v uint64, n int) []byte {
 func (g GlobalID) IsZero() bool { return g.Node == "" }
 
 // Gtrid returns the gtrid bytes of every branch of g.
-func (g GlobalID) Gtrid() []byte { return []byte(g.String()) }
+func (g GlobalID) Gtrid() []byte { return g.appendText(make([]byte, 0, g.textLen())) }
 
 // Branch returns the XID of branch i (0 <= i <= 9999) of g, naming no
 // decision log. Recovery commits such a branch when a record decides it but
@@ -118,7 +125,11 @@ func (g GlobalID) Branch(i int) XID { return BranchRef{ID: g, Index: i}.XID() }
 // for anything else, without error: foreign and malformed gtrids are simply
 // not ours.
 func ParseGlobalID(gtrid []byte) (GlobalID, bool) {
-	s := string(gtrid)
+	return ParseGlobalIDString(string(gtrid))
+}
+
+// ParseGlobalIDString is ParseGlobalID for text.
+func ParseGlobalIDString(s string) (GlobalID, bool) {
 	if len(s) > MaxGtridLen || !strings.HasPrefix(s, gtridPrefix) {
 		return GlobalID{}, false
 	}
@@ -133,9 +144,6 @@ func ParseGlobalID(gtrid []byte) (GlobalID, bool) {
 	}
 	return GlobalID{Node: node, Begun: time.UnixMilli(int64(ms)), Rand: r}, true
 }
-
-// ParseGlobalIDString is ParseGlobalID for text.
-func ParseGlobalIDString(s string) (GlobalID, bool) { return ParseGlobalID([]byte(s)) }
 
 // LogID identifies one decision log: 64 random bits chosen when the log is
 // created. Every branch XID carries the id of the log that holds (or will

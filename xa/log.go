@@ -391,9 +391,10 @@ func (r CommitRecord) MarshalBinary() ([]byte, error) {
 	if len(r.Branches) > maxBranchIdx+1 {
 		return nil, fmt.Errorf("xa: commit record with %d branches", len(r.Branches))
 	}
-	b := make([]byte, 0, 64+48*len(r.Branches))
+	b := make([]byte, 0, 64+96*len(r.Branches))
 	b = append(b, recordVersion)
-	b = appendString(b, r.ID.String())
+	b = binary.AppendUvarint(b, uint64(r.ID.textLen()))
+	b = r.ID.appendText(b)
 	b = binary.AppendVarint(b, r.Logged.UnixNano())
 	b = binary.AppendUvarint(b, uint64(len(r.Branches)))
 	for _, br := range r.Branches {
@@ -405,8 +406,8 @@ func (r CommitRecord) MarshalBinary() ([]byte, error) {
 		}
 		b = appendString(b, br.RM)
 		b = binary.AppendUvarint(b, uint64(uint32(br.XID.FormatID)))
-		b = appendString(b, string(br.XID.Gtrid))
-		b = appendString(b, string(br.XID.Bqual))
+		b = appendBytes(b, br.XID.Gtrid)
+		b = appendBytes(b, br.XID.Bqual)
 		b = binary.AppendUvarint(b, br.Origin.Session)
 		var prepared int64
 		if !br.Origin.Prepared.IsZero() {
@@ -431,6 +432,11 @@ func (r *CommitRecord) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("%w: %d branches", ErrCorruptRecord, n)
 	}
 	var out CommitRecord
+	if d.err == nil && n > 0 {
+		// A branch takes at least 6 bytes: a corrupt count cannot make
+		// a large allocation.
+		out.Branches = make([]BranchRecord, 0, min(n, uint64(len(d.b))/6))
+	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		var br BranchRecord
 		br.RM = d.string(maxRMName)
@@ -439,8 +445,8 @@ func (r *CommitRecord) UnmarshalBinary(b []byte) error {
 			d.fail("formatID out of range")
 		}
 		br.XID.FormatID = int32(f)
-		br.XID.Gtrid = []byte(d.string(MaxGtridLen))
-		br.XID.Bqual = []byte(d.string(MaxBqualLen))
+		br.XID.Gtrid = d.bytes(MaxGtridLen)
+		br.XID.Bqual = d.bytes(MaxBqualLen)
 		br.Origin.Session = d.uvarint()
 		if p := d.varint(); p != 0 {
 			br.Origin.Prepared = time.Unix(0, p)
@@ -464,6 +470,11 @@ func (r *CommitRecord) UnmarshalBinary(b []byte) error {
 }
 
 func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendBytes(b []byte, s []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
 }
@@ -513,6 +524,25 @@ func (d *decoder) varint() int64 {
 	}
 	d.b = d.b[n:]
 	return v
+}
+
+// bytes is string as a copy of the bytes (nil for none, as string's
+// conversion gives).
+func (d *decoder) bytes(max int) []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(max) || n > uint64(len(d.b)) {
+		d.fail("string length out of range")
+		return nil
+	}
+	if n == 0 {
+		return []byte{}
+	}
+	s := append([]byte(nil), d.b[:n]...)
+	d.b = d.b[n:]
+	return s
 }
 
 func (d *decoder) string(max int) string {

@@ -46,7 +46,8 @@ type Tx struct {
 	m        *machine
 	branches []Branch
 	rms      []ResourceManager
-	byName   map[string]int
+	names    []string // the participants' names, by branch
+	xids     []XID    // the branches' XIDs
 	origins  []Origin
 	durable  *decision     // set once the commit decision may be acted on
 	phase2   chan struct{} // closed when an asynchronous phase 2 ends
@@ -78,10 +79,9 @@ func newTx(parent context.Context, m *Manager, id GlobalID, now time.Time) *Tx {
 	tctx, tcancel := context.WithDeadlineCause(ctx, now.Add(m.cfg.Timeout), ErrTimeout)
 	tx := &Tx{
 		mgr: m, id: id, begun: now, deadline: now.Add(m.cfg.Timeout),
-		ctx:    tctx,
-		m:      newMachine(id, m.cfg.Phase2Attempts),
-		byName: map[string]int{},
-		span:   span,
+		ctx:  tctx,
+		m:    newMachine(id, m.cfg.Phase2Attempts),
+		span: span,
 	}
 	tx.m.log = m.ident.ID
 	tx.cancel = func(cause error) { cancel(cause); tcancel() }
@@ -93,7 +93,12 @@ func newTx(parent context.Context, m *Manager, id GlobalID, now time.Time) *Tx {
 func (tx *Tx) ID() GlobalID { return tx.id }
 
 // xid returns the XID of branch i: it names the manager's decision log.
-func (tx *Tx) xid(i int) XID { return BranchRef{ID: tx.id, Index: i, Log: tx.mgr.ident.ID}.XID() }
+func (tx *Tx) xid(i int) XID {
+	if i < len(tx.xids) {
+		return tx.xids[i]
+	}
+	return BranchRef{ID: tx.id, Index: i, Log: tx.mgr.ident.ID}.XID()
+}
 
 // Context returns the transaction's context: it ends when the transaction
 // times out, rolls back or finishes. Statements on branch sessions are
@@ -118,28 +123,33 @@ func (tx *Tx) Enlist(ctx context.Context, rm ResourceManager) (any, error) {
 		}
 		return nil, ErrTxDone
 	}
-	if i, ok := tx.byName[rm.Name()]; ok {
-		if tx.rms[i] != rm {
-			return nil, fmt.Errorf("xa: two participants are named %q", rm.Name())
+	name := rm.Name()
+	for i, n := range tx.names {
+		if n == name {
+			if tx.rms[i] != rm {
+				return nil, fmt.Errorf("xa: two participants are named %q", name)
+			}
+			return tx.branches[i].Session(), nil
 		}
-		return tx.branches[i].Session(), nil
 	}
 	if err := tx.ctx.Err(); err != nil {
 		return nil, &AbortError{ID: tx.id, Reason: context.Cause(tx.ctx)}
 	}
 	i := len(tx.branches)
-	b, err := rm.Start(tx.ctx, tx.xid(i))
+	x := tx.xid(i)
+	b, err := rm.Start(tx.ctx, x)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.m.enlist(rm.Name()); err != nil {
+	if _, err := tx.m.enlist(name); err != nil {
 		b.Close() //nolint:errcheck // never started
 		return nil, err
 	}
 	tx.branches = append(tx.branches, b)
 	tx.rms = append(tx.rms, rm)
+	tx.names = append(tx.names, name)
+	tx.xids = append(tx.xids, x)
 	tx.origins = append(tx.origins, Origin{})
-	tx.byName[rm.Name()] = i
 	return b.Session(), nil
 }
 
@@ -167,7 +177,8 @@ func (tx *Tx) Commit(ctx context.Context) (Result, error) {
 		return tx.res, ErrTxDone
 	}
 	n := len(tx.branches)
-	ev := evCommit{idle: make([]bool, n), onePhase: make([]bool, n), last: make([]bool, n)}
+	flags := make([]bool, 3*n)
+	ev := evCommit{idle: flags[:n:n], onePhase: flags[n : 2*n : 2*n], last: flags[2*n:]}
 	for i, b := range tx.branches {
 		if id, ok := b.(Idler); ok {
 			ev.idle[i] = id.Idle()
@@ -302,20 +313,47 @@ type driver struct {
 // loop performs acts and steps the machine with their outcomes until the
 // transaction finishes, or, if mayHandOff, until the commit decision is
 // durable: the rest of phase 2 then goes on in a goroutine.
+//
+// Of the actions started together, one (see ownAction) is performed on
+// the loop's own goroutine, the caller's, after the others were started on
+// goroutines of their own: as a hand-written two-phase commit does, which
+// saves a goroutine per step and the growth of its stack. The machine is
+// stepped with its outcome as with any other. Meanwhile the loop cannot
+// notice the timeout or the caller giving up; the action's own context
+// ends with them (a prepare is bounded by both, later actions ignore
+// them), and when it has ended, the timeout or cancellation is stepped
+// before the outcome (as it would have been noticed first on a goroutine
+// of its own).
 func (d *driver) loop(acts []action, mayHandOff bool) {
 	tx := d.tx
 	for {
-		d.start(acts)
+		handOff := mayHandOff && tx.m.phase == phaseCommitting && tx.m.logged
+		if own := d.start(acts, !handOff); own != nil {
+			d.perform(own)
+		}
 		if d.fin != nil && d.inflight == 0 {
 			tx.finish(*d.fin, d.t)
 			return
 		}
-		if mayHandOff && tx.m.phase == phaseCommitting && tx.m.logged {
+		if handOff {
 			tx.handOff()
 			go func() {
 				d.loop(nil, false)
 			}()
 			return
+		}
+		// The timeout and the caller's cancellation first, when they are
+		// due together with an outcome.
+		select {
+		case <-d.expired:
+			d.expired = nil
+			acts = tx.m.step(tx.expiryEvent())
+			continue
+		case <-d.cancelled:
+			d.cancelled = nil
+			acts = tx.m.step(evRollback{reason: d.ctx.Err()})
+			continue
+		default:
 		}
 		select {
 		case ev := <-d.events:
@@ -337,10 +375,42 @@ func (d *driver) loop(acts []action, mayHandOff bool) {
 	}
 }
 
-// start starts the I/O of acts; their outcomes arrive on d.events.
-func (d *driver) start(acts []action) {
+// ownAction returns the index in acts of the action the loop performs on
+// its own goroutine, -1 for none: the last prepare, decision-log write,
+// last-resource commit, one-phase commit or first commit attempt, and
+// commits only if mayCommit (not before an asynchronous hand-off, whose
+// caller must not wait for phase 2). Rollbacks and retries, which may wait
+// for a backoff, run on goroutines of their own.
+func ownAction(acts []action, mayCommit bool) int {
+	for i := len(acts) - 1; i >= 0; i-- {
+		switch a := acts[i].(type) {
+		case actPrepare, actLog, actCommitLast:
+			return i
+		case actOnePhase:
+			if mayCommit {
+				return i
+			}
+		case actCommit:
+			if mayCommit && a.attempt == 1 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// start starts the I/O of acts; their outcomes arrive on d.events. One
+// action (see ownAction) is not started but returned, counted in flight,
+// for the caller to perform with d.perform.
+func (d *driver) start(acts []action, mayCommit bool) action {
 	tx := d.tx
-	for _, a := range acts {
+	own := ownAction(acts, mayCommit)
+	for k, a := range acts {
+		if k == own {
+			d.inflight++
+			d.t.started(a)
+			continue
+		}
 		switch a := a.(type) {
 		case actFinish:
 			d.fin = &a.res
@@ -357,13 +427,30 @@ func (d *driver) start(acts []action) {
 		case actCommit:
 			d.inflight++
 			d.t.started(a)
-			go tx.performCommit(d.actionCtx(a), a, tx.decided(), d.events)
+			ctx, proof, events := d.actionCtx(a), tx.decided(), d.events
+			spawn(func() { tx.performCommit(ctx, a, proof, events) })
 		default:
 			d.inflight++
 			d.t.started(a)
-			go tx.perform(d.actionCtx(a), a, d.events)
+			ctx, events := d.actionCtx(a), d.events
+			spawn(func() { tx.perform(ctx, a, events) })
 		}
 	}
+	if own < 0 {
+		return nil
+	}
+	return acts[own]
+}
+
+// perform does the I/O of an action that start returned, on the calling
+// goroutine; its outcome goes to d.events like any other.
+func (d *driver) perform(a action) {
+	ctx := d.actionCtx(a)
+	if c, ok := a.(actCommit); ok {
+		d.tx.performCommit(ctx, c, d.tx.decided(), d.events)
+		return
+	}
+	d.tx.perform(ctx, a, d.events)
 }
 
 // perform does one action's I/O and reports its outcome on events.
@@ -442,9 +529,9 @@ func (tx *Tx) performCommit(ctx context.Context, a actCommit, d decision, events
 
 // record is the commit decision covering the prepared branches.
 func (tx *Tx) record(prepared []int) CommitRecord {
-	rec := CommitRecord{ID: tx.id, Logged: time.Now()}
+	rec := CommitRecord{ID: tx.id, Logged: time.Now(), Branches: make([]BranchRecord, 0, len(prepared))}
 	for _, i := range prepared {
-		rec.Branches = append(rec.Branches, BranchRecord{RM: tx.rms[i].Name(), XID: tx.xid(i), Origin: tx.origins[i]})
+		rec.Branches = append(rec.Branches, BranchRecord{RM: tx.names[i], XID: tx.xid(i), Origin: tx.origins[i]})
 	}
 	return rec
 }
@@ -713,6 +800,9 @@ func (t *tracker) done(ev event) {
 
 // mergeCtx returns a context that ends when either a or b ends.
 func mergeCtx(a, b context.Context) (context.Context, context.CancelFunc) {
+	if b.Done() == nil {
+		return a, func() {} // b never ends
+	}
 	ctx, cancel := context.WithCancelCause(a)
 	stop := context.AfterFunc(b, func() { cancel(context.Cause(b)) })
 	return ctx, func() { stop(); cancel(context.Canceled) }

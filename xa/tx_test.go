@@ -599,3 +599,26 @@ func TestBranchesNameTheLog(t *testing.T) {
 	}
 	tx.Rollback(ctx) //nolint:errcheck
 }
+
+// A prepare the loop performs on the caller's goroutine (the last branch's)
+// that hangs until the timeout: the transaction aborts by the timeout, as
+// when the prepare runs on a goroutine of its own, whichever branch hangs.
+func TestHangingPrepareAbortsByTimeout(t *testing.T) {
+	for hung := range 2 {
+		t.Run(fmt.Sprintf("branch %d hangs", hung), func(t *testing.T) {
+			for range 20 {
+				r := newRig(t, 2, xa.Config{Timeout: 100 * time.Millisecond})
+				r.fault(memrm.OpPrepare, hung, memrm.Hang)
+				ctx := context.Background()
+				tx, _ := r.mgr.Begin(ctx)
+				r.put(tx, 0, 1, 10) //nolint:errcheck
+				r.put(tx, 1, 1, 20) //nolint:errcheck
+				_, err := tx.Commit(ctx)
+				if !errors.Is(err, xa.ErrAborted) || !errors.Is(err, xa.ErrTimeout) {
+					t.Fatalf("Commit = %v; want aborted by the timeout", err)
+				}
+				r.noPrepared()
+			}
+		})
+	}
+}

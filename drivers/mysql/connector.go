@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -57,6 +58,10 @@ type drvConn struct {
 	// started is the second in which the server started (see
 	// serverStartQuery).
 	started int64
+	// sock is the connection's socket when the RM dialled it (see dial),
+	// else nil: closing it is how a statement whose KILL QUERY could not
+	// be delivered is cut off (see guard).
+	sock net.Conn
 
 	rm *RM
 }
@@ -167,7 +172,8 @@ func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
 
 func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 	dialed := c.rm.now()
-	dc, err := c.inner.Connect(ctx)
+	var sock dialedSocket
+	dc, err := c.inner.Connect(context.WithValue(ctx, dialedSocket{}, &sock))
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +183,7 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		return nil, fmt.Errorf("mysql: connection %T lacks an interface this package needs (%s): "+
 			"a Config.Connector wrapper must keep go-sql-driver's", dc, missingInterfaces(dc))
 	}
-	w := &drvConn{mysqlDriverConn: mc, rm: c.rm, dialed: dialed}
+	w := &drvConn{mysqlDriverConn: mc, rm: c.rm, dialed: dialed, sock: sock.conn}
 	// One round trip on MariaDB; MySQL 8 has its status in
 	// performance_schema and takes a second one.
 	// The identity columns (identity.go) ride along.
@@ -236,6 +242,29 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 	}
 	c.rm.conns.Store(w.id, w)
 	return w, nil
+}
+
+// dialedSocket is where dial leaves the socket it made for the Connect
+// whose context carries it (as its own key).
+type dialedSocket struct{ conn net.Conn }
+
+// dialNetworks are the networks dial makes sockets for: go-sql-driver's
+// own, which it dials itself unless given a DialFunc.
+var dialNetworks = map[string]bool{"tcp": true, "tcp4": true, "tcp6": true, "unix": true}
+
+// dial is the RM's sessions' gomysql.Config.DialFunc: it dials as
+// go-sql-driver does by default and leaves the socket with the Connect
+// that asked (through a Config.Connector wrapper too, which passes the
+// context on), so that the guard can close it.
+func dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err == nil {
+		if ds, ok := ctx.Value(dialedSocket{}).(*dialedSocket); ok {
+			ds.conn = c
+		}
+	}
+	return c, err
 }
 
 // queryRow runs a query without arguments on a driver connection and

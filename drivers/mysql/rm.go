@@ -22,7 +22,12 @@ type Config struct {
 	// and stable across restarts.
 	Name string
 	// DSN is a go-sql-driver/mysql DSN. The RM sets multiStatements=true
-	// and interpolateParams=true on its own copy of it.
+	// and interpolateParams=true on its own copy of it. It dials tcp and
+	// unix addresses itself, as go-sql-driver does, and keeps each
+	// session's socket to cut off a statement whose KILL QUERY cannot be
+	// delivered; a dial function registered for those networks with
+	// mysql.RegisterDialContext is therefore not used (register it under a
+	// network name of its own).
 	DSN string
 	// MaxConns bounds the pool (open and idle connections); default 32.
 	// Each live branch holds one connection.
@@ -117,6 +122,9 @@ func Open(ctx context.Context, cfg Config) (*RM, error) {
 	main := dsn.Clone()
 	main.MultiStatements = true
 	main.InterpolateParams = true
+	if main.DialFunc == nil && dialNetworks[main.Net] {
+		main.DialFunc = dial
+	}
 	inner, err := gomysql.NewConnector(main)
 	if err != nil {
 		return nil, &xa.Error{Op: opOpen, RM: cfg.Name, Err: fmt.Errorf("invalid DSN: %w", err)}

@@ -134,11 +134,18 @@ func interrupted(err error) bool {
 // contexts ends, with KILL QUERY sent from the RM's side pool: the server
 // interrupts the statement and answers it with an error, and the session
 // (with the branch on it) survives. go-sql-driver never sees the caller's
-// context (it would close the connection); it gets a context of the
-// guard's own that is cancelled only if KILL QUERY cannot be delivered, as
-// a last resort. go-sql-driver then closes the connection and answers with
-// the context's error: the statement's reply is lost, whatever the server
+// context (it would close the connection). If KILL QUERY cannot be
+// delivered, the guard closes the connection as a last resort: its socket
+// (drvConn.sock), so that the statement fails at once, or, for a
+// connection whose socket is not known, through a context of the guard's
+// own handed to go-sql-driver, which closes the connection when it is
+// cancelled. Either way the statement's reply is lost, whatever the server
 // did with it (see result).
+//
+// A context go-sql-driver cannot see end costs nothing per statement; one
+// it can makes it hand the context to a goroutine of the connection's and
+// back (and database/sql start a goroutine per Rows), which is why the
+// socket is the last resort when it is known.
 type guard struct {
 	s         *session
 	once      sync.Once
@@ -147,15 +154,21 @@ type guard struct {
 	dropped   bool // KILL QUERY failed: the connection was closed instead
 	stopA     func() bool
 	stopB     func() bool
-	cancelDrv context.CancelFunc
+	cancelDrv context.CancelFunc // nil when the socket is closed instead
+
+	mu   sync.Mutex
+	over bool // the statement returned: its socket is not closed any more
 }
 
 // watch arms a guard for a and b (b may be nil) and returns the context
 // to hand to the driver: a's values (a traced statement's span, for a
 // Config.Connector wrapper), none of its cancellation.
 func (s *session) watch(a, b context.Context) (context.Context, *guard) {
-	drv, cancel := context.WithCancel(context.WithoutCancel(a))
-	g := &guard{s: s, fired: make(chan struct{}), cancelDrv: cancel}
+	g := &guard{s: s, fired: make(chan struct{})}
+	drv := context.WithoutCancel(a)
+	if s.dc.sock == nil {
+		drv, g.cancelDrv = context.WithCancel(drv)
+	}
 	g.stopA = context.AfterFunc(a, func() { g.kill(a) })
 	if b != nil {
 		g.stopB = context.AfterFunc(b, func() { g.kill(b) })
@@ -168,8 +181,19 @@ func (g *guard) kill(ctx context.Context) {
 		g.cause = ctxError(ctx)
 		if err := g.s.rm.killQuery(g.s.id); err != nil {
 			g.s.rm.log.Warn("mysql: KILL QUERY failed; closing the connection instead", "session", g.s.id, "err", err)
-			g.dropped = true
-			g.cancelDrv()
+			if g.cancelDrv != nil {
+				g.dropped = true
+				g.cancelDrv() // go-sql-driver closes the connection, if the statement still runs
+			} else {
+				// Only while the statement runs: a connection whose
+				// statement returned is not broken behind its back.
+				g.mu.Lock()
+				if !g.over {
+					g.dropped = true
+					g.s.dc.sock.Close() //nolint:errcheck // the statement's error says the rest
+				}
+				g.mu.Unlock()
+			}
 		}
 		close(g.fired)
 	})
@@ -179,6 +203,9 @@ func (g *guard) kill(ctx context.Context) {
 // delivered, so that a late KILL QUERY cannot hit a later statement, and
 // returns the context's error.
 func (g *guard) stop() error {
+	g.mu.Lock()
+	g.over = true
+	g.mu.Unlock()
 	a := g.stopA()
 	b := true
 	if g.stopB != nil {

@@ -379,7 +379,7 @@ func (b *branch) Commit(ctx context.Context) error {
 	case st != stPrepared:
 		return b.err(opCommit, xa.ErrInvalidState, errors.New("the branch is not prepared"))
 	}
-	if err := b.rm.finish(ctx, opCommit, b.xid); err != nil {
+	if err := b.rm.finishLit(ctx, opCommit, b.xid, b.lit); err != nil {
 		return err
 	}
 	b.setDone(true)

@@ -34,6 +34,11 @@ func (rm *RM) finish(ctx context.Context, op string, xid xa.XID) error {
 	if err != nil {
 		return rm.kindErr(op, xid, xa.ErrInvalidXID, err)
 	}
+	return rm.finishLit(ctx, op, xid, lit)
+}
+
+// finishLit is finish with the gid's literal (gidLiteral(xid)) at hand.
+func (rm *RM) finishLit(ctx context.Context, op string, xid xa.XID, lit string) error {
 	sql := "COMMIT PREPARED " + lit
 	if op == opRollback {
 		sql = "ROLLBACK PREPARED " + lit
@@ -48,7 +53,7 @@ func (rm *RM) finish(ctx context.Context, op string, xid xa.XID) error {
 		conn.Release()
 		return rm.kindErr(op, xid, xa.ErrRetryable, errors.New("pooled connection closed; nothing sent"))
 	}
-	_, err = pc.Exec(ctx, sql).ReadAll()
+	err = pc.Exec(ctx, sql).Close()
 	conn.Release() // the pool closes it if the reply was lost
 	if err == nil {
 		return nil

@@ -25,7 +25,12 @@ func (l *Log) rotate() error {
 		// Its data was synced before; a close error loses nothing.
 		l.logger.Warn("decision log: closing full segment", "file", segmentName(l.activeNum), "err", err)
 	}
+	l.active2.Close() //nolint:errcheck // as above
 	l.active, l.activeNum, l.activeSize, l.allocated = f, next, start, start
+	l.writes, l.syncedWrites = 0, 0
+	if err := l.openSecond(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	l.st.seg(next).size = start
 	l.mu.Unlock()

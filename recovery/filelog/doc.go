@@ -63,7 +63,12 @@
 //     return nil only after their record has been written and
 //     fdatasync'ed. A single writer goroutine writes every record queued
 //     meanwhile with one write and one sync (group commit), so concurrent
-//     callers share syncs. A new segment is synced, and so is the
+//     callers share syncs. The commit is pipelined: while one group syncs,
+//     the next is written and its sync started (two syncs in flight at
+//     most, each through a file descriptor of its own, so that each sees a
+//     writeback error that touched its data), and groups are acknowledged
+//     in the order they were written, each once its own sync and every
+//     earlier group's succeeded. A new segment is synced, and so is the
 //     directory, before records go into it.
 //   - A record is visible to the reads (Lookup, Commits, LookupAbort,
 //     Aborts, Delegations, Heuristics) only once it is durable, so recovery
@@ -73,15 +78,16 @@
 //     ending first, means the outcome is unknown (the error wraps
 //     xa.ErrOutcomeUnknown): the record may still become durable.
 //   - Forget and ForgetAbort are not durable when they return, and never
-//     wait for a sync: the record is written with the next group, and a
-//     group of forget records only is written without a sync; the next
-//     sync (of a later group, before a rotation, at Close) covers it. After
-//     a crash a forgotten record may come back; recovery resolves and
-//     forgets it again.
+//     wait for a sync, nor wake the writer: the record is written with the
+//     next group (or at Close), and a group of forget records only is
+//     written without a sync; the next sync (of a later group, before a
+//     rotation, at Close) covers it. After a crash a forgotten record may
+//     come back; recovery resolves and forgets it again.
 //   - If a write or sync fails the log stops (fail-stop): the callers
-//     waiting on that group get an outcome-unknown error, and every later
-//     call fails with ErrFailed. A failed fsync is never retried, because
-//     the state of the page cache is then unknown. Reopen the log to go on.
+//     waiting on the groups written and not yet acknowledged get an
+//     outcome-unknown error, those queued behind them and every later call
+//     fail with ErrFailed. A failed fsync is never retried, because the
+//     state of the page cache is then unknown. Reopen the log to go on.
 //
 // # Recovery
 //
@@ -143,10 +149,11 @@
 // 2, no HEAD) opens as it is, without these checks for its old segments;
 // Open writes HEAD for it, and the segments it starts have link records.
 //
-// The rule is conservative. If a crash tore a multi-page group write so
-// that a later page reached the disk and an earlier one did not, Open
-// reports corruption, though none of that group was acknowledged. Telling
-// that apart from bit rot in an acknowledged group is impossible, and the
+// The rule is conservative. If a crash tore the writes in flight (a
+// multi-page group, or the two groups of a pipelined commit) so that a
+// later page reached the disk and an earlier one did not, Open reports
+// corruption, though none of those groups was acknowledged. Telling that
+// apart from bit rot in an acknowledged group is impossible, and the
 // alternative risks silently losing commit decisions.
 //
 // # Space

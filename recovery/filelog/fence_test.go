@@ -15,10 +15,11 @@ import (
 )
 
 // TestFenceCountsRecordsBeingWritten: while a commit record is being
-// written (its group is in a sync that does not return) and another is
-// queued behind it, neither is visible to Lookup, yet LogAbort of either id
-// is refused; the same the other way round. After the syncs go through,
-// and after a reopen, exactly the records that were let through are there.
+// written (its group is in a sync that does not return), others are written
+// and in a second sync, and one more is queued behind them, none is visible
+// to Lookup, yet LogAbort of any of their ids is refused; the same the
+// other way round. After the syncs go through, and after a reopen, exactly
+// the records that were let through are there.
 func TestFenceCountsRecordsBeingWritten(t *testing.T) {
 	for _, first := range []string{"commit", "abort"} {
 		t.Run(first+" pending", func(t *testing.T) {
@@ -40,26 +41,39 @@ func TestFenceCountsRecordsBeingWritten(t *testing.T) {
 			if first == "abort" {
 				other, fenced = "commit", xa.ErrAbortRecorded
 			}
-			errs := make(chan error, 2)
+			// gid(1) in the first sync, gid(2) ... in the second (a group
+			// of overlapMin), the last queued behind them.
+			last := 2 + overlapMin
+			var ids []int
+			for i := 1; i <= last; i++ {
+				ids = append(ids, i)
+			}
+			errs := make(chan error, last)
 			go func() { errs <- write(first, 1) }()
 			<-entered // gid(1)'s record is being written: out of the queue, in a sync
-			go func() { errs <- write(first, 2) }()
+			for i := 2; i < last; i++ {
+				go func() { errs <- write(first, i) }()
+			}
+			<-entered // theirs too, in the second sync
+			go func() { errs <- write(first, last) }()
 			for {
 				l.mu.Lock()
 				n := len(l.queue)
 				l.mu.Unlock()
 				if n == 1 {
-					break // gid(2)'s record is queued behind it
+					break // the last record is queued behind them
 				}
 				time.Sleep(time.Millisecond)
 			}
-			if _, ok, _ := l.Lookup(ctx, gid(1)); ok {
-				t.Fatal("a commit record is visible before it is durable")
+			for _, i := range ids {
+				if _, ok, _ := l.Lookup(ctx, gid(i)); ok {
+					t.Fatal("a commit record is visible before it is durable")
+				}
+				if _, ok, _ := l.LookupAbort(ctx, gid(i)); ok {
+					t.Fatal("an abort record is visible before it is durable")
+				}
 			}
-			if _, ok, _ := l.LookupAbort(ctx, gid(1)); ok {
-				t.Fatal("an abort record is visible before it is durable")
-			}
-			for _, i := range []int{1, 2} {
+			for _, i := range ids {
 				// A record let through would wait for the stuck sync:
 				// give up on it soon.
 				octx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -80,13 +94,13 @@ func TestFenceCountsRecordsBeingWritten(t *testing.T) {
 				t.Errorf("%d records queued after the refusals, want 1", n)
 			}
 			release()
-			for range 2 {
+			for range last {
 				if err := <-errs; err != nil {
 					t.Fatal(err)
 				}
 			}
 			check := func(when string) {
-				for _, i := range []int{1, 2} {
+				for _, i := range ids {
 					_, c, _ := l.Lookup(ctx, gid(i))
 					_, a, _ := l.LookupAbort(ctx, gid(i))
 					if c != (first == "commit") || a != (first == "abort") {

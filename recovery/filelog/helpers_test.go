@@ -242,6 +242,7 @@ func (p *partialWrite) Error() string {
 type hookFS struct {
 	osFS
 	mu      sync.Mutex
+	syncers []*hookFile // the descriptor of every sync, in the order they began
 	hook    func(op, name string, p []byte, off int64) error
 	renamed map[string]string // old path -> new path, for open files' names
 	extents map[string]*extent
@@ -379,6 +380,12 @@ func (f *hookFile) WriteAt(p []byte, off int64) (int, error) {
 
 func (f *hookFile) Sync() error {
 	name := f.fs.current(f.name)
+	// A sync covers what was written before it began, not what is written
+	// while it runs (syncs of a pipelined commit overlap writes).
+	f.fs.mu.Lock()
+	f.fs.syncers = append(f.fs.syncers, f)
+	covers := f.fs.ext(name).written
+	f.fs.mu.Unlock()
 	if err := f.fs.call("sync", name, nil, 0); err != nil {
 		return err
 	}
@@ -387,7 +394,7 @@ func (f *hookFile) Sync() error {
 	}
 	f.fs.mu.Lock()
 	e := f.fs.ext(name)
-	e.synced = e.written
+	e.synced = max(e.synced, min(covers, e.written))
 	f.fs.mu.Unlock()
 	return nil
 }

@@ -373,6 +373,124 @@ func TestGroupCommit(t *testing.T) {
 	}
 }
 
+// TestPipelinedGroupCommit: while one group syncs, the next (of overlapMin
+// records) is written and its sync started, through another descriptor of
+// the segment; a group whose sync returns first is still acknowledged only
+// after the group written before it.
+func TestPipelinedGroupCommit(t *testing.T) {
+	h := &hookFS{}
+	l := mustCreate(t, t.TempDir(), Options{fs: h})
+	defer l.closeOnce(t)
+	entered := make(chan int, 2)
+	gates := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	var n atomic.Int32
+	h.setHook(func(op, name string, p []byte, off int64) error {
+		if op == "sync" {
+			if i := n.Add(1) - 1; i < 2 {
+				entered <- int(i)
+				<-gates[i]
+			}
+		}
+		return nil
+	})
+	defer func() {
+		for _, g := range gates {
+			select {
+			case <-g:
+			default:
+				close(g)
+			}
+		}
+	}()
+	ctx := context.Background()
+	errs := [2]chan error{make(chan error, 1), make(chan error, overlapMin)}
+	go func() { errs[0] <- l.LogCommit(ctx, commitRec(gid(1), 2)) }()
+	<-entered // the first group is in its sync
+	for i := range overlapMin {
+		go func() { errs[1] <- l.LogCommit(ctx, commitRec(gid(2+i), 2)) }()
+	}
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second group's sync did not start while the first group's ran: the commit is not pipelined")
+	}
+	h.mu.Lock()
+	same := h.syncers[0] == h.syncers[1]
+	h.mu.Unlock()
+	if same {
+		t.Error("the two syncs in flight went through one descriptor; each must have its own")
+	}
+	close(gates[1]) // the second sync returns first
+	select {
+	case err := <-errs[1]:
+		t.Fatalf("the second group was answered (%v) before the first group's sync returned", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if _, ok, _ := l.Lookup(ctx, gid(2)); ok {
+		t.Fatal("the second group's record is visible before the first group's sync returned")
+	}
+	close(gates[0])
+	if err := <-errs[0]; err != nil {
+		t.Fatalf("LogCommit 1: %v", err)
+	}
+	for range overlapMin {
+		if err := <-errs[1]; err != nil {
+			t.Fatalf("LogCommit of the second group: %v", err)
+		}
+	}
+	for i := range 1 + overlapMin {
+		if _, ok, _ := l.Lookup(ctx, gid(1+i)); !ok {
+			t.Fatalf("record %d not visible after its sync", 1+i)
+		}
+	}
+}
+
+// TestSmallGroupWaitsForTheSync: fewer than overlapMin records wait for the
+// sync in flight instead of paying for a second one.
+func TestSmallGroupWaitsForTheSync(t *testing.T) {
+	h := &hookFS{}
+	l := mustCreate(t, t.TempDir(), Options{fs: h})
+	defer l.closeOnce(t)
+	entered, release := blockingSync(h)
+	defer release()
+	ctx := context.Background()
+	errs := make(chan error, overlapMin)
+	go func() { errs <- l.LogCommit(ctx, commitRec(gid(1), 2)) }()
+	<-entered
+	for i := range overlapMin - 1 {
+		go func() { errs <- l.LogCommit(ctx, commitRec(gid(2+i), 2)) }()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case <-entered:
+			t.Fatalf("a second sync started for fewer than %d records", overlapMin)
+		default:
+		}
+		l.mu.Lock()
+		n := len(l.queue)
+		l.mu.Unlock()
+		if n == overlapMin-1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records queued after 10 s, want %d", n, overlapMin-1)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-entered:
+		t.Fatalf("a second sync started for %d records", overlapMin-1)
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	for range overlapMin {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // blockingSync makes every segment sync wait until release is closed; it
 // reports each waiting sync on entered.
 func blockingSync(h *hookFS) (entered chan struct{}, release func()) {

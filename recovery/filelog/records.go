@@ -200,7 +200,7 @@ func (l *Log) appendDurable(ctx context.Context, t RecordType, payload []byte, d
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("filelog: %v %s not logged: %w", t, name, err)
 	}
-	o := &op{t: t, d: d, frame: appendFrame(nil, t, payload)}
+	o := &op{t: t, d: d, frame: appendFrame(make([]byte, 0, frameHeader+len(payload)), t, payload)}
 	l.mu.Lock()
 	if err := l.usable(); err != nil {
 		l.mu.Unlock()
@@ -214,6 +214,7 @@ func (l *Log) appendDurable(ctx context.Context, t RecordType, payload []byte, d
 	}
 	l.pend(o)
 	l.queue = append(l.queue, o)
+	l.queuedDurable++
 	g := l.waiting
 	if g == nil {
 		g = &group{done: make(chan struct{})}
@@ -317,7 +318,7 @@ func (l *Log) queueForget(ctx context.Context, t RecordType, id xa.GlobalID, dro
 		return fmt.Errorf("filelog: %v: zero global id", t)
 	}
 	k := id.String()
-	o := &op{t: t, d: decoded{id: id, key: k}, frame: appendFrame(nil, t, []byte(k))}
+	o := &op{t: t, d: decoded{id: id, key: k}, frame: appendFrame(make([]byte, 0, frameHeader+len(k)), t, []byte(k))}
 	l.mu.Lock()
 	if err := l.usable(); err != nil {
 		l.mu.Unlock()
@@ -329,7 +330,8 @@ func (l *Log) queueForget(ctx context.Context, t RecordType, id xa.GlobalID, dro
 	}
 	l.queue = append(l.queue, o)
 	l.mu.Unlock()
-	l.wake()
+	// No wake: the record goes with the next group (or at Close), which
+	// saves a write and a wake-up of the writer per decision.
 	return nil
 }
 

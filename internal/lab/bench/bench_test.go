@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"os"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 
 // BenchmarkTransfer measures one transfer per op in each mode, 16 workers
 // on disjoint rows, against the same two servers in one run. Compare the
-// modes' ns/op (lower is better); tps is the throughput. The servers are
+// modes' ns/op (lower is better); tps is the throughput, cpu-µs/op this
+// process's CPU time per transfer (the client's cost). The servers are
 // private ones with the databases' durable defaults (every commit
 // flushed), or those of XA_MYSQL_DSN / XA_POSTGRES_DSN.
 //
@@ -40,7 +42,8 @@ func BenchmarkTransfer(b *testing.B) {
 		b.Run(string(m), func(b *testing.B) {
 			next := make(chan int, workers)
 			done := make(chan error, workers)
-			start := time.Now()
+			b.ReportAllocs()
+			start, cpu, spawned, scheduled := time.Now(), processCPU(), goroutinesCreated(), schedulings()
 			for w := 0; w < workers; w++ {
 				go func(w int) {
 					var err error
@@ -62,8 +65,40 @@ func BenchmarkTransfer(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tps")
+			// tm-async's phase 2s are part of its cost.
+			if err := s.AsyncMgr.Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64(goroutinesCreated()-spawned)/float64(b.N), "goroutines/op")
+			b.ReportMetric(float64(schedulings()-scheduled)/float64(b.N), "schedulings/op")
 		})
 	}
+}
+
+// goroutinesCreated returns how many goroutines the process has started.
+func goroutinesCreated() uint64 {
+	m := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(m)
+	if m[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return m[0].Value.Uint64()
+}
+
+// schedulings returns how many times a goroutine was made to run (the
+// count of the scheduling latencies the runtime records).
+func schedulings() uint64 {
+	m := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(m)
+	if m[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return 0
+	}
+	var n uint64
+	for _, c := range m[0].Value.Float64Histogram().Counts {
+		n += c
+	}
+	return n
 }
 
 // durableDBs returns a database on each of two servers that flush every

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,15 +26,20 @@ func newBench(g *globals) *cobra.Command {
 	var d time.Duration
 	var rounds int
 	var skipLog bool
+	var modeList []string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure what atomicity costs: local commits vs hand-written 2PC vs the transaction manager",
 		Long: `In one run against the same two servers, with concurrent workers on disjoint rows,
-transfers (one row down in MySQL, one up in PostgreSQL) made three ways:
+transfers (one row down in MySQL, one up in PostgreSQL) made these ways:
 
   local  two local commits, not atomic (the floor)
-  raw    hand-written two-phase commit with no transaction manager: parallel
+  raw    the hand-written two-phase commit a careful programmer writes with
+         the drivers and settings the transaction manager uses
+         (interpolateParams=true, pgx): one statement per call, parallel
          prepare, parallel commit, no decision log (not recoverable)
+  raw-log  the same with the decision written the simple way: a line
+         appended to a file and fdatasync'ed by each transaction
   tm     the transaction manager with its durable (fsync'ed) decision log
   tm-async  the same with AsyncCommit: the caller is answered once the
          decision is durable; phase 2 goes on in the background
@@ -45,11 +51,15 @@ transfers (one row down in MySQL, one up in PostgreSQL) made three ways:
   tm-sqllog-pg     tm with the shared decision log (recovery/sqllog) in PostgreSQL
   tm-sqllog-maria  the same in MariaDB (MySQL)
 
-and the ratio tm/raw, and of the shared log's modes to tm. Then the
-decision log alone: decisions per second at 1, 16 and 64 concurrent
-writers, for the embedded log, Pebble, and the shared log in PostgreSQL
-and in MariaDB. The shared logs are built as xactl builds them, with its
-defaults (group commit, one batch in flight, the next built meanwhile).
+with TPS, latency and the client's CPU per transaction (this process's CPU
+time over the measuring window divided by the transactions), the ratios to
+raw, and of the shared log's modes to tm. Then the decision log alone:
+decisions per second at 1, 16 and 64 concurrent writers, for the embedded
+log, Pebble, and the shared log in PostgreSQL and in MariaDB, and next to
+them what the disk allows (writers divided by the time of one synchronous
+write, measured in the same run). The shared logs are built as xactl builds
+them, with its defaults (group commit, one batch in flight, the next built
+meanwhile).
 
 Without --mysql-dsn/--postgres-dsn (or XA_MYSQL_DSN/XA_POSTGRES_DSN), it
 starts throw-away MariaDB and PostgreSQL servers on loopback, and puts the
@@ -86,7 +96,7 @@ only in the databases of --log-postgres-dsn and --log-mysql-dsn.`,
 				return err
 			}
 			defer decisions.Close()
-			s, err := bench.Open(ctx, mysqlDSN, pgDSN, workers, 100, decisions)
+			s, err := bench.OpenConfig(ctx, bench.Config{MySQLDSN: mysqlDSN, PostgresDSN: pgDSN, Workers: workers, Rows: 100, Log: decisions, RawLogDir: logDir})
 			if err != nil {
 				return err
 			}
@@ -110,43 +120,67 @@ only in the databases of --log-postgres-dsn and --log-mysql-dsn.`,
 				}
 				stores = append(stores, logbench.SQLStore(sl.store, sl.kind, sl.dsn))
 			}
-			res, err := bench.Compare(ctx, s, workers, d, rounds)
+			modes, err := benchModes(modeList, s.Modes())
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "\ntransfers MySQL -> PostgreSQL, %d workers on disjoint rows, %s per mode and round, %d round(s), best round shown:\n", workers, d, rounds)
+			res, err := bench.CompareModes(ctx, s, modes, workers, d, rounds)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "\ntransfers MySQL -> PostgreSQL, %d workers on disjoint rows, %s per mode and round, %d round(s), best round shown (load average %s):\n",
+				workers, d, rounds, bench.LoadAverage())
 			tw := table(g.stdout)
-			fmt.Fprintln(tw, "MODE\tTPS\tP50\tP99\tOPS\tERRORS")
+			fmt.Fprintln(tw, "MODE\tTPS\tP50\tP99\tCPU/TX\tMYSQL CPU/TX\tPG CPU/TX\tOPS\tERRORS")
 			for _, st := range res.Best {
-				fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%d\t%d\n", st.Mode, st.TPS, st.P50.Round(10*time.Microsecond), st.P99.Round(10*time.Microsecond), st.Ops, st.Errors)
+				fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", st.Mode, st.TPS, st.P50.Round(10*time.Microsecond), st.P99.Round(10*time.Microsecond),
+					st.CPU.Round(time.Microsecond), cpuText(st.MySQLCPU), cpuText(st.PostgresCPU), st.Ops, st.Errors)
 			}
 			tw.Flush()
-			fmt.Fprintf(g.stdout, "ratio to raw (TPS): tm %.2f   tm-async %.2f   tm-last %.2f\n",
-				res.Ratio(bench.TM, bench.Raw), res.Ratio(bench.Async, bench.Raw), res.Ratio(bench.Last, bench.Raw))
-			for _, m := range []bench.Mode{bench.SQLPostgres, bench.SQLMySQL} {
-				if s.SQL[m] != nil {
-					fmt.Fprintf(g.stdout, "ratio to tm (the embedded log): %s %.2f\n", m, res.Ratio(m, bench.TM))
+			var compared, onSQL []bench.Mode
+			for _, m := range modes {
+				if m != bench.Local && m != bench.Raw {
+					compared = append(compared, m)
+				}
+				if s.SQL[m] != nil && slices.Contains(modes, bench.TM) {
+					onSQL = append(onSQL, m)
 				}
 			}
+			fmt.Fprint(g.stdout, "ratio to raw (TPS):")
+			for _, m := range compared {
+				fmt.Fprintf(g.stdout, "   %s %.2f", m, res.Ratio(m, bench.Raw))
+			}
+			fmt.Fprintln(g.stdout)
+			for _, m := range onSQL {
+				fmt.Fprintf(g.stdout, "ratio to tm (the embedded log): %s %.2f\n", m, res.Ratio(m, bench.TM))
+			}
 			if rounds > 1 {
-				fmt.Fprintln(g.stdout, "the same ratios round by round (their spread is the machine's noise):")
-				for _, m := range []bench.Mode{bench.TM, bench.Async, bench.Last} {
-					fmt.Fprintf(g.stdout, "  %-16s", m+" / raw")
-					for _, r := range res.RoundRatios(m, bench.Raw) {
+				fmt.Fprintln(g.stdout, "the same ratios round by round (their spread is the machine's noise), and their median:")
+				for _, m := range compared {
+					rs := res.RoundRatios(m, bench.Raw)
+					fmt.Fprintf(g.stdout, "  %-22s", m+" / raw")
+					for _, r := range rs {
 						fmt.Fprintf(g.stdout, " %.2f", r)
 					}
-					fmt.Fprintln(g.stdout)
+					fmt.Fprintf(g.stdout, "   median %.2f\n", bench.Median(rs))
 				}
-				for _, m := range []bench.Mode{bench.SQLPostgres, bench.SQLMySQL} {
-					if s.SQL[m] == nil {
-						continue
-					}
-					fmt.Fprintf(g.stdout, "  %-16s", m+" / tm")
-					for _, r := range res.RoundRatios(m, bench.TM) {
+				for _, m := range onSQL {
+					rs := res.RoundRatios(m, bench.TM)
+					fmt.Fprintf(g.stdout, "  %-22s", m+" / tm")
+					for _, r := range rs {
 						fmt.Fprintf(g.stdout, " %.2f", r)
 					}
-					fmt.Fprintln(g.stdout)
+					fmt.Fprintf(g.stdout, "   median %.2f\n", bench.Median(rs))
 				}
+			}
+			fmt.Fprintln(g.stdout, "client CPU per transaction over raw's, round by round, and the median:")
+			for _, m := range compared {
+				rs := res.RoundCPURatios(m, bench.Raw)
+				fmt.Fprintf(g.stdout, "  %-22s", m)
+				for _, r := range rs {
+					fmt.Fprintf(g.stdout, " %.2f", r)
+				}
+				fmt.Fprintf(g.stdout, "   median %.2f\n", bench.Median(rs))
 			}
 			if err := res.CheckBalances(ctx, s); err != nil {
 				return err
@@ -155,18 +189,50 @@ only in the databases of --log-postgres-dsn and --log-mysql-dsn.`,
 				return nil
 			}
 			fmt.Fprintf(g.stdout, "\ndecision log alone (two-branch commit record + forget, real fsync, in %s):\n", logDir)
-			lr, err := logbench.Compare(ctx, append(logbench.DefaultStores(), stores...), []int{1, 16, 64}, logbench.Config{Dir: dir, Duration: d})
+			writerCounts := []int{1, 16, 64}
+			lr, err := logbench.Compare(ctx, append(logbench.DefaultStores(), stores...), writerCounts, logbench.Config{Dir: dir, Duration: d, Disk: true})
 			if err != nil {
 				return err
 			}
 			tw = table(g.stdout)
 			fmt.Fprintln(tw, "STORE\tWRITERS\tDECISIONS/S\tAVG GROUP\tP50\tP99\tWHERE")
 			for _, r := range lr {
+				if r.Store == logbench.DiskName {
+					continue
+				}
 				where := r.Filesystem
 				if strings.HasPrefix(r.Store, "sqllog") {
 					where = "its database (group = records per commit)"
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\n", r.Store, r.Writers, r.PerSecond, r.AvgGroup, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), where)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "\nwhat the disk allows: writers / the time of one synchronous write (a record-sized write and fdatasync, one at a time), measured in the same slices (load average %s):\n", bench.LoadAverage())
+			tw = table(g.stdout)
+			fmt.Fprintln(tw, "WRITERS\tSYNC WRITE\tDISK ALLOWS/S\tFILELOG/S\tFILELOG / DISK\tPEBBLE/S\tPEBBLE / DISK")
+			for _, w := range writerCounts {
+				bound := logbench.Bound(lr, w)
+				var sync time.Duration
+				rates := map[string]float64{}
+				for _, r := range lr {
+					if r.Writers != w {
+						continue
+					}
+					if st := r.SyncTime(); st > 0 {
+						sync = st
+					}
+					rates[r.Store] = r.PerSecond
+				}
+				share := func(v float64) float64 {
+					if bound == 0 {
+						return 0
+					}
+					return v / bound
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.0f\t%.2f\t%.0f\t%.2f\n", w, sync.Round(time.Microsecond), bound,
+					rates["filelog"], share(rates["filelog"]), rates["pebble"], share(rates["pebble"]))
 			}
 			return tw.Flush()
 		},
@@ -181,8 +247,42 @@ only in the databases of --log-postgres-dsn and --log-mysql-dsn.`,
 	f.IntVar(&rounds, "rounds", 2, "rounds of all three modes (interleaved, to even out drift)")
 	f.StringVar(&dir, "dir", "/var/tmp", "where the decision logs live during the run (a real disk, not tmpfs)")
 	f.BoolVar(&skipLog, "skip-log", false, "skip the decision-log-only measurement")
+	f.StringSliceVar(&modeList, "modes", nil, "modes to measure (default all; raw is always measured, as the baseline)")
 	cmd.AddCommand(newBenchSink(g))
+	cmd.AddCommand(newBenchScale(g))
 	return cmd
+}
+
+// cpuText prints a CPU time per transaction, "-" when unknown (a server
+// on another machine).
+func cpuText(d time.Duration) string {
+	if d < 0 {
+		return "-"
+	}
+	return d.Round(time.Microsecond).String()
+}
+
+// benchModes returns the modes of all named in list, in all's order, raw
+// always among them; all of them for an empty list.
+func benchModes(list []string, all []bench.Mode) ([]bench.Mode, error) {
+	if len(list) == 0 {
+		return all, nil
+	}
+	want := map[bench.Mode]bool{bench.Raw: true}
+	for _, name := range list {
+		m := bench.Mode(strings.TrimSpace(name))
+		if !slices.Contains(all, m) {
+			return nil, usageErr("--modes: %q is not a mode (%v)", name, all)
+		}
+		want[m] = true
+	}
+	var out []bench.Mode
+	for _, m := range all {
+		if want[m] {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }
 
 // openBenchLog opens node's shared decision log in the database of kind at

@@ -119,6 +119,28 @@ func TestBench(t *testing.T) {
 	r.want(t, 0, "MODE", "tm-last", "ratio to raw", "decision log alone", "filelog", "pebble")
 }
 
+// TestBenchScale runs the scaling benchmark briefly, with every number of
+// participants, so that it does not rot (its figures on the test servers
+// mean nothing).
+func TestBenchScale(t *testing.T) {
+	t.Parallel()
+	my, pg := dbtest.MySQLDB(t), dbtest.PostgresDB(t)
+	t.Cleanup(func() {
+		// The databases of the extra participants, made by the benchmark.
+		ctx := context.Background()
+		my.Server.Exec(ctx, "", "DROP DATABASE IF EXISTS "+my.Name+"_p3")              //nolint:errcheck
+		pg.Server.Exec(ctx, "", "DROP DATABASE IF EXISTS "+pg.Name+"_p4 WITH (FORCE)") //nolint:errcheck
+	})
+	r := xalab(t, "bench", "scale", "--mysql-dsn", my.DSN(), "--postgres-dsn", pg.DSN(),
+		"--workers", "1,2", "--participants", "2,3,4", "--participant-workers", "2",
+		"--duration", "100ms", "--rounds", "1", "--dir", t.TempDir())
+	r.want(t, 0, "WORKERS", "PARTICIPANTS", "TM/RAW", "CPU TM/RAW", "LAST/RAW")
+	if n := strings.Count(r.stdout, "\n2 "); n != 3 { // rows of 2 workers: 2, 3 and 4 participants
+		t.Errorf("%d rows for 2 workers, want 3:\n%s", n, r.stdout)
+	}
+	xalab(t, "bench", "scale", "--participants", "5").want(t, 2)
+}
+
 // TestBenchSink runs the sink benchmark briefly, so that it does not rot.
 func TestBenchSink(t *testing.T) {
 	t.Parallel()

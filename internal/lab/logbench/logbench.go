@@ -45,6 +45,9 @@ type Opener func(dir string) (Log, io.Closer, error)
 type Store struct {
 	Name string
 	Open Opener
+	// Writers, if not 0, is the writers it always runs with, whatever
+	// the writer count it is compared at (DiskStore: 1).
+	Writers int
 }
 
 // DefaultStores returns the embedded file log and Pebble, with real syncs.
@@ -140,6 +143,9 @@ type Config struct {
 	// next (default 250ms). Short slices make a busy machine slow every
 	// store alike.
 	Slice time.Duration
+	// Disk makes Compare measure DiskStore too, at every writer count, in
+	// the same slices as the stores: Bound then says what the disk allows.
+	Disk bool
 }
 
 // Result is one run.
@@ -215,6 +221,9 @@ func Compare(ctx context.Context, stores []Store, writers []int, cfg Config) ([]
 	if slice <= 0 {
 		slice = 250 * time.Millisecond
 	}
+	if cfg.Disk {
+		stores = append(stores[:len(stores):len(stores)], DiskStore())
+	}
 	var out []Result
 	for _, w := range writers {
 		rs, err := compareAt(ctx, stores, max(w, 1), cfg.Dir, cfg.Duration, slice)
@@ -227,11 +236,12 @@ func Compare(ctx context.Context, stores []Store, writers []int, cfg Config) ([]
 }
 
 type opened struct {
-	dir    string
-	lg     Log
-	closer io.Closer
-	res    Result
-	lat    []time.Duration
+	dir     string
+	lg      Log
+	closer  io.Closer
+	writers int // Store.Writers
+	res     Result
+	lat     []time.Duration
 }
 
 func compareAt(ctx context.Context, stores []Store, writers int, parent string, d, slice time.Duration) (_ []Result, err error) {
@@ -254,7 +264,7 @@ func compareAt(ctx context.Context, stores []Store, writers int, parent string, 
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("logbench: opening %s: %w", s.Name, err)
 		}
-		o := &opened{dir: dir, lg: lg, closer: closer,
+		o := &opened{dir: dir, lg: lg, closer: closer, writers: s.Writers,
 			res: Result{Store: s.Name, Writers: writers, Filesystem: Filesystem(dir), Min: math.Inf(1)}}
 		logs = append(logs, o)
 	}
@@ -273,7 +283,11 @@ func compareAt(ctx context.Context, stores []Store, writers int, parent string, 
 			}
 			deadline := time.Now().Add(min(slice, d-o.res.Elapsed))
 			start := time.Now()
-			lat, err := drive(ctx, o.lg, writers, func(int64) bool { return time.Now().Before(deadline) })
+			n := writers
+			if o.writers > 0 {
+				n = o.writers
+			}
+			lat, err := drive(ctx, o.lg, n, func(int64) bool { return time.Now().Before(deadline) })
 			el := time.Since(start)
 			if err != nil {
 				return nil, fmt.Errorf("logbench: %s: %w", o.res.Store, err)

@@ -56,3 +56,29 @@ func TestRecordIsValid(t *testing.T) {
 		t.Fatalf("Record: %v, %d branches", err, len(rec.Branches))
 	}
 }
+
+// TestDiskBound: the disk probe runs in the same slices as the logs, one
+// writer whatever the row's, and gives a bound for every writer count.
+func TestDiskBound(t *testing.T) {
+	res, err := Compare(context.Background(), DefaultStores()[:1], []int{1, 4}, Config{Dir: t.TempDir(), Duration: 100 * time.Millisecond, Disk: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 4 {
+		t.Fatalf("%d results, want 4", len(res))
+	}
+	for _, w := range []int{1, 4} {
+		b := Bound(res, w)
+		for _, r := range res {
+			if r.Store == DiskName && r.Writers == w {
+				t.Logf("writers %d: a synchronous write takes %v, bound %.0f/s", w, r.SyncTime(), b)
+				if r.SyncTime() <= 0 || b != float64(w)/r.SyncTime().Seconds() {
+					t.Errorf("writers %d: sync time %v, bound %v", w, r.SyncTime(), b)
+				}
+			}
+		}
+		if b <= 0 {
+			t.Errorf("no bound for %d writers", w)
+		}
+	}
+}
