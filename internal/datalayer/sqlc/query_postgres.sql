@@ -1,0 +1,8 @@
+-- name: AddBalance :execrows
+UPDATE accounts SET balance = balance + $1 WHERE id = $2;
+
+-- name: GetAccount :one
+SELECT id, balance FROM accounts WHERE id = $1;
+
+-- name: ListAccounts :many
+SELECT id, balance FROM accounts ORDER BY id;
