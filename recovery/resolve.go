@@ -227,7 +227,7 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 			// Fenced already: rolling back is what recovery does.
 		case action == xa.OutcomeRollback && ref.Log != s.ident.ID:
 			res.Contradiction = fmt.Sprintf("it belongs to decision log %s, not to this one (%s): its commit may be logged there", logName(ref.Log), s.ident.ID)
-		case action == xa.OutcomeRollback && ref.ID.Begun.Before(s.ident.Created.Truncate(time.Millisecond)):
+		case action == xa.OutcomeRollback && s.predates(ref.ID.Begun):
 			res.Contradiction = "it began before this decision log was created: its commit may be logged in an earlier log"
 		case action == xa.OutcomeRollback && (!known || a <= s.cfg.Grace):
 			res.Contradiction = fmt.Sprintf("it is %s old, inside the %v grace period: its coordinator may still commit it", ageText(a, known), s.cfg.Grace)
@@ -337,7 +337,7 @@ func (s *Scanner) noCommitReason(ref xa.BranchRef, hand *xa.HeuristicRecord, age
 	case ref.Log != s.ident.ID:
 		return fmt.Sprintf("no commit is logged for it here: it belongs to decision log %s (node %s), not to this one (%s); "+
 			"its decision, if any, is in that log: resolve it with that log", logName(ref.Log), ref.ID.Node, s.ident.ID)
-	case ref.ID.Begun.Before(s.ident.Created.Truncate(time.Millisecond)):
+	case s.predates(ref.ID.Begun):
 		return "no commit is logged for it in this log, and it began before this log was created: its decision, if any, is in an earlier log"
 	case hand != nil:
 		return fmt.Sprintf("no commit is logged for its transaction, but branch %s on %s of it was committed by hand: "+

@@ -361,6 +361,8 @@ type scanState struct {
 	// Of those, transactions with a branch still listed after the fence
 	// (rolledBack), and those with one found gone (vanished).
 	rolledBack, vanished map[string]bool
+	// lease says when presumed abort may happen (lease.go).
+	lease leaseView
 }
 
 func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
@@ -382,6 +384,7 @@ func (s *Scanner) scan(ctx context.Context, dry bool) (Report, error) {
 	for _, a := range aborts {
 		st.aborts[a.ID.String()] = a
 	}
+	st.lease = s.presumption(ctx)
 	if st.handCommits, err = s.handCommits(ctx); err != nil {
 		return rep, err
 	}
@@ -728,12 +731,12 @@ func (s *Scanner) judge(st *scanState, b *Branch, ref xa.BranchRef, rec xa.Commi
 	case ref.Log != s.ident.ID:
 		b.Verdict = OtherLog
 		b.Reason = fmt.Sprintf("belongs to decision log %s; this is log %s: recover it with that log", ref.Log, s.ident.ID)
-	case ref.ID.Begun.Before(s.ident.Created.Truncate(time.Millisecond)):
+	case s.predates(ref.ID.Begun):
 		b.Verdict = Predates
 		b.Reason = fmt.Sprintf("began %s, before this log was created (%s)", ref.ID.Begun.UTC().Format(time.RFC3339), s.ident.Created.UTC().Format(time.RFC3339))
-	case !b.AgeKnown || b.Age <= s.cfg.Grace:
+	case st.lease.wait(!b.AgeKnown || b.Age <= s.cfg.Grace):
 		b.Verdict = Wait
-		b.Reason = fmt.Sprintf("no decision yet; presumed aborted once older than %v", s.cfg.Grace)
+		b.Reason = st.lease.waitReason(s.cfg.Grace)
 	case st.blocked != "":
 		b.Verdict = Blocked
 		b.Reason = st.blocked
@@ -876,7 +879,7 @@ func handCommitReason(hr xa.HeuristicRecord) string {
 // but not configured here blocks it, unless forced (an operator's forced
 // rollback): then the fence is what can be claimed.
 func (s *Scanner) takeFence(ctx context.Context, st *scanState, b *Branch, forced bool) (xa.CommitRecord, bool, error) {
-	reason := fmt.Sprintf("presumed abort: prepared on %s for %v with no decision (grace %v)", b.Participant, b.Age.Round(time.Millisecond), s.cfg.Grace)
+	reason := st.lease.abortReason(b.Participant, b.Age, s.cfg.Grace)
 	if forced {
 		reason = fmt.Sprintf("forced rollback of %s on %s by an operator", b.Prepared.XID, b.Participant)
 	}

@@ -31,10 +31,12 @@ type DecisionLog interface {
 	// was logged and the transaction is aborted. A log that can tell time
 	// may also refuse a record whose transaction began more than
 	// Identity().Timeout ago by its clock, with an error matching
-	// ErrDecisionTooLate: nothing was logged. Any other error means the
-	// decision may or may not be durable: the caller must not commit any
-	// branch and must treat the outcome as unknown until recovery reads
-	// the log.
+	// ErrDecisionTooLate: nothing was logged. A log held under a lease
+	// (recovery/sqllog) refuses every decision of a writer whose lease
+	// epoch moved on, with an error matching ErrFenced: nothing was
+	// logged. Any other error means the decision may or may not be
+	// durable: the caller must not commit any branch and must treat the
+	// outcome as unknown until recovery reads the log.
 	LogCommit(ctx context.Context, rec CommitRecord) error
 
 	// LogDelegation durably records that commit decisions of this log's
@@ -125,6 +127,14 @@ var (
 	// was refused because a commit decision exists or is being written.
 	// The transaction commits; nothing may be rolled back.
 	ErrCommitRecorded = errors.New("xa: a commit decision is recorded for this transaction")
+
+	// ErrFenced: a decision log held under a lease refused the write
+	// because the writer's lease epoch moved on: another process took the
+	// log over (docs/protocol.md, "Leases, epochs, takeover"). The database
+	// refused it, so nothing was written: a LogCommit refused so logged
+	// nothing, and the transaction aborts (the process that took the log
+	// over rolls its branches back, or has).
+	ErrFenced = errors.New("xa: the decision log's lease was taken over (the writer's epoch moved on): nothing was written")
 )
 
 // AbortRetention is how long an abort record is kept, at least, after it

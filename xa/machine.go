@@ -267,7 +267,8 @@ var errTooLate = ErrDecisionTooLate
 // commit, sole commit) certainly took no effect and the transaction must
 // abort.
 func notDecided(err error) bool {
-	return !OutcomeUnknown(err) && (errors.Is(err, ErrAbortRecorded) || errors.Is(err, ErrDecisionTooLate) || errors.Is(err, errNotAttempted))
+	return !OutcomeUnknown(err) && (errors.Is(err, ErrAbortRecorded) || errors.Is(err, ErrDecisionTooLate) ||
+		errors.Is(err, ErrFenced) || errors.Is(err, errNotAttempted))
 }
 
 // errRolledBackByApp is the reason of an application's own rollback.

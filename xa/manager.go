@@ -63,6 +63,13 @@ type Config struct {
 	// branch needs no decision record, still commit synchronously. Call
 	// Manager.Close before exiting. Default false.
 	AsyncCommit bool
+
+	// Now is the coordinator's clock: it stamps each transaction's begin
+	// time into its global id (and so into every branch XID). Default
+	// time.Now. Tests set it to run a node whose clock is off. The
+	// transaction's own timeout is measured on the process's monotonic
+	// clock either way.
+	Now func() time.Time
 }
 
 // Observer receives statistics of finished transactions. Implementations
@@ -247,8 +254,15 @@ func (m *Manager) Begin(ctx context.Context) (*Tx, error) {
 	if m.closed.Load() {
 		return nil, ErrClosed
 	}
+	// The begin time in the global id is the coordinator's clock
+	// (Config.Now); the transaction's own deadline runs on this process's
+	// monotonic clock, whatever the wall clock says.
 	now := time.Now()
-	id, err := NewGlobalID(m.cfg.Node, m.beginTime(now))
+	stamp := now
+	if m.cfg.Now != nil {
+		stamp = m.cfg.Now()
+	}
+	id, err := NewGlobalID(m.cfg.Node, m.beginTime(stamp))
 	if err != nil {
 		return nil, err
 	}
@@ -264,14 +278,25 @@ func (m *Manager) Begin(ctx context.Context) (*Tx, error) {
 // deadline only start later (the fence decides the race, whatever the
 // clocks say); the transaction's own timeout still runs from now.
 func (m *Manager) beginTime(now time.Time) time.Time {
-	if created := m.ident.Created; now.Before(created) {
+	onLog := now
+	if lc, ok := m.cfg.Log.(logClock); ok {
+		onLog = lc.OnLogClock(now)
+	}
+	if created := m.ident.Created; onLog.Before(created) {
 		if m.clockBehind.CompareAndSwap(false, true) {
 			m.log.Warn("the clock reads earlier than the decision log's creation: transactions are dated at the log's creation",
 				"now", now, "log_created", created)
 		}
-		return created
+		return now.Add(created.Sub(onLog))
 	}
 	return now
+}
+
+// logClock is implemented by decision logs whose creation was stamped by
+// another clock than the node's (a shared log's database; see
+// recovery.NodeClock): begin times are compared with the creation on it.
+type logClock interface {
+	OnLogClock(begun time.Time) time.Time
 }
 
 // Run runs fn in a new global transaction and commits it. If fn returns an

@@ -42,7 +42,17 @@ func newRig(t *testing.T, n int, cfg xa.Config) *rig {
 	if cfg.Node == "" {
 		cfg.Node = "test"
 	}
-	r.log = memrm.NewLog(cfg.Node)
+	// The log is created by the coordinator's clock (cfg.Now), as xactl
+	// log init on its machine would.
+	created := time.Now()
+	if cfg.Now != nil {
+		created = cfg.Now()
+	}
+	ident, err := xa.NewLogIdentity(cfg.Node, 0, 0, created)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.log = memrm.NewLogFor(ident)
 	cfg.Log = r.log
 	if cfg.Phase2Timeout == 0 {
 		cfg.Phase2Timeout = time.Second

@@ -89,11 +89,14 @@ func (rm *RM) openDecisionTable(ctx context.Context, table string, init bool) er
 				Fix: "connect as the role the participant was set up with, or give decision_table schema-qualified; " +
 					"to set a new participant up: xactl participant init"}}
 		}
-		if _, err := rm.pool.Exec(ctx, ddl); err != nil {
+		if err := rm.createTable(ctx, ddl); err != nil {
 			return fmt.Errorf("%w (create it as a user who may: %s)", err, ddl)
 		}
-		if quoted, text, _, err = rm.qualified(ctx, table); err != nil {
+		if quoted, text, exists, err = rm.qualified(ctx, table); err != nil {
 			return fmt.Errorf("decision table %s: %w", table, err)
+		}
+		if !exists {
+			return fmt.Errorf("decision table %s: not on the role's search_path after %s", table, ddl)
 		}
 	}
 	var migrated bool

@@ -85,11 +85,14 @@ func (rm *RM) initIdentity(ctx context.Context, table string) error {
 		return err
 	}
 	if !ok {
-		if _, err := rm.pool.Exec(ctx, ddl); err != nil {
+		if err := rm.createTable(ctx, ddl); err != nil {
 			return fmt.Errorf("creating the identity table: %w (create it as a user who may: %s)", err, ddl)
 		}
-		if quoted, _, _, err = rm.qualified(ctx, table); err != nil {
+		if quoted, _, ok, err = rm.qualified(ctx, table); err != nil {
 			return err
+		}
+		if !ok {
+			return fmt.Errorf("creating the identity table: %s is not on the role's search_path after %s", table, ddl)
 		}
 	}
 	// A role that may only read the table finds the row there.
@@ -111,6 +114,19 @@ func (rm *RM) initIdentity(ctx context.Context, table string) error {
 		return fmt.Errorf("writing the participant's identity into %s: %w", quoted, err)
 	}
 	return nil
+}
+
+// createTable runs a CREATE TABLE IF NOT EXISTS. Two sessions running it
+// at once (processes set up together, each with Init) may both find the
+// name free: the loser fails on the catalogue's unique index (23505 on
+// pg_type) or with 42P07 once the winner has committed. Either means the
+// table now exists, which is what the caller asked for; it checks so.
+func (rm *RM) createTable(ctx context.Context, ddl string) error {
+	_, err := rm.pool.Exec(ctx, ddl)
+	if s := sqlState(err); s == "23505" || s == "42P07" {
+		return nil
+	}
+	return err
 }
 
 // adoptIdentity re-anchors the identity row to the database that answers,

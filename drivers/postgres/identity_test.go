@@ -130,3 +130,47 @@ func TestSessionReachingACopyIsRefused(t *testing.T) {
 		t.Fatalf("a session on the participant's own database: %v", err)
 	}
 }
+
+// Processes set up together (every replica opening with Init on a fresh
+// database) race on CREATE TABLE IF NOT EXISTS; each of them must open,
+// and all with one identity for the database and one for the table.
+func TestInitRacesWithItself(t *testing.T) {
+	t.Parallel()
+	for round := 0; round < 3; round++ {
+		db := dbtest.PostgresDB(t)
+		ctx := testCtx(t)
+		const n = 8
+		type opened struct {
+			id, table xa.StoreIdentity
+			err       error
+		}
+		out := make(chan opened, n)
+		for i := 0; i < n; i++ {
+			go func() {
+				rm, err := Open(ctx, Config{Name: "pg", DSN: db.DSN(), DecisionTable: "xa_decisions", Init: true, MaxConns: 2})
+				if err != nil {
+					out <- opened{err: err}
+					return
+				}
+				defer rm.Close()
+				id, err := rm.Identity()
+				_, tid, terr := rm.DecisionTableIdentity()
+				out <- opened{id: id, table: tid, err: errors.Join(err, terr)}
+			}()
+		}
+		var first opened
+		for i := 0; i < n; i++ {
+			o := <-out
+			if o.err != nil {
+				t.Fatalf("round %d: Open with Init beside %d others: %v", round, n-1, o.err)
+			}
+			if i == 0 {
+				first = o
+				continue
+			}
+			if !o.id.Same(first.id) || o.table.ID != first.table.ID {
+				t.Fatalf("round %d: two identities for one database: %s / %s, tables %s / %s", round, o.id, first.id, o.table.ID, first.table.ID)
+			}
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xadb/xa/internal/config"
+	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/recovery/filelog"
 	"github.com/xadb/xa/xa"
 )
@@ -47,9 +49,20 @@ type decisionLog struct {
 // Close releases the log.
 func (l *decisionLog) Close() error { return l.close() }
 
+// Presumption passes the log's answer on (recovery.Leased): a shared log
+// opened without its lease never lets xactl presume abort.
+func (l *decisionLog) Presumption(ctx context.Context) (recovery.Presumption, string, error) {
+	if ld, ok := l.RecoveryLog.(recovery.Leased); ok {
+		return ld.Presumption(ctx)
+	}
+	return recovery.PresumeAfterGrace, "", nil
+}
+
 // openDecisionLog opens the decision log the configuration names, with the
 // backend log.kind picks, in mode. It is the one place where xactl opens a
-// decision log. It never creates one, except in mode creating. The log's
+// decision log. It never creates one, except in mode creating. A log in a
+// database (postgres, mysql) is opened without its lease, in every mode
+// but creating: xactl works beside the live nodes (openSQLLog). The log's
 // identity then decides the node (a configured node that differs is
 // refused: config.CheckIdentity) and the timeout and grace everybody
 // applies.
@@ -59,6 +72,8 @@ func openDecisionLog(c *config.Config, mode logMode, logger *slog.Logger) (*deci
 	switch c.Log.Kind {
 	case config.LogFile, "":
 		l, err = openFileLog(c.Log.Dir, mode, logger)
+	case config.LogPostgres, config.LogMySQL:
+		l, err = openSQLLog(c, mode, logger)
 	default: // config.Validate refuses other kinds
 		return nil, usageErr("log.kind %q: no such decision log", c.Log.Kind)
 	}

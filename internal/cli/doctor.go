@@ -198,46 +198,74 @@ func doctorParticipant(ctx context.Context, pc config.Participant, grace time.Du
 // identity when it could be read.
 func doctorLog(ctx context.Context, c *config.Config, g *globals) ([]xa.Finding, xa.LogIdentity) {
 	var none xa.LogIdentity
+	var fs []xa.Finding
+	if c.Log.IsSQL() {
+		sfs, s, closeDB := doctorSQLLog(ctx, c, g)
+		defer closeDB()
+		if s == nil {
+			return sfs, none
+		}
+		fs = sfs
+	} else if dfs, ok, ident := doctorLogDir(c); !ok {
+		return dfs, ident
+	} else {
+		fs = dfs
+	}
+	return doctorLogRecords(ctx, c, g, fs)
+}
+
+// doctorLogDir checks a file log's directory; ok: it holds a sound log
+// (a damaged one's identity is returned when it could be read).
+func doctorLogDir(c *config.Config) (_ []xa.Finding, ok bool, _ xa.LogIdentity) {
+	var none xa.LogIdentity
 	if c.Log.Dir == "" {
-		return []xa.Finding{{Name: "location", Value: "not set", Severity: xa.SeverityWarn, Fix: "set log.dir (XACTL_LOG_DIR, --log-dir) to check the decision log"}}, none
+		return []xa.Finding{{Name: "location", Value: "not set", Severity: xa.SeverityWarn, Fix: "set log.dir (XACTL_LOG_DIR, --log-dir) to check the decision log"}}, false, none
 	}
 	st, err := os.Stat(c.Log.Dir)
 	if err != nil {
 		return []xa.Finding{{Name: "location", Value: err.Error(), Severity: xa.SeverityFail,
-			Fix: "point log.dir at the transaction manager's decision log (a local, durable disk), or create one there with xactl log init"}}, none
+			Fix: "point log.dir at the transaction manager's decision log (a local, durable disk), or create one there with xactl log init"}}, false, none
 	}
 	if !st.IsDir() {
-		return []xa.Finding{{Name: "location", Value: c.Log.Dir + " is not a directory", Severity: xa.SeverityFail, Fix: "point log.dir at a directory"}}, none
+		return []xa.Finding{{Name: "location", Value: c.Log.Dir + " is not a directory", Severity: xa.SeverityFail, Fix: "point log.dir at a directory"}}, false, none
 	}
 	fs := []xa.Finding{{Name: "location", Value: c.Log.Dir, Severity: xa.SeverityOK}}
 	rep, err := filelog.Verify(c.Log.Dir)
 	switch {
 	case errors.Is(err, filelog.ErrNoLog):
 		return append(fs, xa.Finding{Name: "integrity", Value: "no decision log here (no IDENTITY, no segment)", Severity: xa.SeverityWarn,
-			Fix: "point log.dir at the transaction manager's decision log, or create one with xactl log init; the other commands refuse a directory without a log"}), none
+			Fix: "point log.dir at the transaction manager's decision log, or create one with xactl log init; the other commands refuse a directory without a log"}), false, none
 	case errors.Is(err, filelog.ErrCorrupt):
 		fs = append(fs, xa.Finding{Name: "integrity", Value: err.Error(), Severity: xa.SeverityFail, Fix: "the log is corrupt: keep a copy and inspect it with xactl log verify / log dump; never delete records by hand"})
 		if rep.Identity.ID != 0 {
 			fs = append(fs, xa.Finding{Name: "identity", Value: viewIdentity(rep.Identity).text(), Severity: xa.SeverityOK})
 		}
-		return fs, rep.Identity
+		return fs, false, rep.Identity
 	case err != nil:
-		return append(fs, xa.Finding{Name: "integrity", Value: err.Error(), Severity: xa.SeverityFail, Fix: "the log cannot be read: check permissions"}), none
+		return append(fs, xa.Finding{Name: "integrity", Value: err.Error(), Severity: xa.SeverityFail, Fix: "the log cannot be read: check permissions"}), false, none
 	}
 	integ := xa.Finding{Name: "integrity", Value: fmt.Sprintf("ok, %s", plural(len(rep.Segments), "segment")), Severity: xa.SeverityOK}
 	if t := rep.TornTail; t != nil && !rep.InUse {
 		integ.Value = fmt.Sprintf("torn tail: the last %s of %s are an incomplete record", plural(int(t.Bytes), "byte"), t.File)
 		integ.Severity, integ.Fix = xa.SeverityWarn, tornMeaning
 	}
-	fs = append(fs, integ)
+	return append(fs, integ), true, rep.Identity
+}
 
+// doctorLogRecords adds to fs the log's identity and records, read
+// without taking the log.
+func doctorLogRecords(ctx context.Context, c *config.Config, g *globals, fs []xa.Finding) ([]xa.Finding, xa.LogIdentity) {
+	var none xa.LogIdentity
 	// The identity, the node and the records, from a snapshot: the node is
 	// checked here rather than refused, to report it.
 	cc := *c
 	cc.Node = ""
+	if c.Log.IsSQL() {
+		cc.Node = c.Node // one of many logs: the configured node's
+	}
 	log, err := openDecisionLog(&cc, readOnly, g.logger())
 	if err != nil {
-		return append(fs, xa.Finding{Name: "identity", Value: err.Error(), Severity: xa.SeverityFail, Fix: "see xactl log verify"}), rep.Identity
+		return append(fs, xa.Finding{Name: "identity", Value: err.Error(), Severity: xa.SeverityFail, Fix: "see xactl log verify, or xactl nodes"}), none
 	}
 	defer log.Close()
 	ident := log.Identity()
@@ -290,6 +318,9 @@ func doctorLog(ctx context.Context, c *config.Config, g *globals) ([]xa.Finding,
 		}
 		fs = append(fs, f)
 	}
+	if c.Log.IsSQL() {
+		return fs, ident // its leases are findings of their own
+	}
 	u := xa.Finding{Name: "in use", Value: "no", Severity: xa.SeverityOK}
 	if log.inUse {
 		u.Value = "yes: a transaction manager has it open"
@@ -320,7 +351,9 @@ func doctorPlan(ctx context.Context, c *config.Config, g *globals) []xa.Finding 
 		return []xa.Finding{{Name: "plan", Value: err.Error(), Severity: xa.SeverityFail, Fix: "see the decision log's findings"}}
 	}
 	cc := *c
-	cc.Node = "" // a node that is not the log's is the identity finding's
+	if !c.Log.IsSQL() {
+		cc.Node = "" // a node that is not the log's is the identity finding's
+	}
 	logger := g.logger()
 	log, err := openDecisionLog(&cc, readOnly, logger)
 	if err != nil {

@@ -89,6 +89,12 @@ func viewBranch(b recovery.Branch, grace time.Duration, heur map[string]xa.Heuri
 	case recovery.Rollback:
 		v.Action = "rollback (presumed abort)"
 	case recovery.Wait:
+		if !strings.Contains(b.Reason, "presumed aborted once older than") {
+			// Another process holds the log (a shared log): its recovery
+			// presumes abort, not xactl's.
+			v.Action = "wait (no decision yet: presumed abort is the log holder's, not xactl's)"
+			break
+		}
 		if b.AgeKnown {
 			v.Action = fmt.Sprintf("wait %s (no decision yet: its coordinator may still decide; presumed abort after the %s grace period)",
 				(grace - b.Age).Round(time.Second), grace)

@@ -37,12 +37,14 @@ func fileLogDir(c *config.Config) (string, error) {
 
 type initView struct {
 	Dir      string        `json:"dir"`
+	Database string        `json:"database,omitempty"`
 	Identity *identityView `json:"identity"`
 	Warnings []string      `json:"warnings"`
 }
 
 func newLogInit(g *globals) *cobra.Command {
 	var timeout, grace time.Duration
+	var kind, dsn string
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Create the decision log",
@@ -61,12 +63,27 @@ settings (%d attempts of %s) with a margin.
 
 Refused where a log exists (nothing is changed then), and where the
 directory holds anything that looks like one. Every other command opens an
-existing log only.`, xa.DefaultPhase2Attempts, xa.DefaultPhase2Timeout),
+existing log only.
+
+With --kind postgres or mysql (or log.kind), the log goes into the database
+of --dsn (or log.dsn), where every node of a service keeps its own, so that
+a live node takes a dead one's over: the tables are created the first time
+(schema versioned), and the node's log, refused if the node has one. Run it
+once per node.`, xa.DefaultPhase2Attempts, xa.DefaultPhase2Timeout),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if kind != "" {
+				g.logKind = kind
+			}
+			if dsn != "" {
+				g.logDSN = dsn
+			}
 			c, err := g.loadConfig(config.Need{Log: true})
 			if err != nil {
 				return err
+			}
+			if c.Log.IsSQL() && c.Node == "" {
+				return usageErr("node is not set (the node whose log to create in %s: node: in the config, XACTL_NODE or --node)", c.Log.Where())
 			}
 			if c.Node == "" {
 				// Where a log exists, that is the error (exit 1), not the
@@ -98,6 +115,9 @@ existing log only.`, xa.DefaultPhase2Attempts, xa.DefaultPhase2Timeout),
 				return err
 			}
 			v := initView{Dir: c.Log.Dir, Identity: viewIdentity(ident), Warnings: []string{}}
+			if c.Log.IsSQL() {
+				v.Dir, v.Database = "", c.Log.Where()
+			}
 			need := ident.Timeout + xa.Phase2Budget(xa.DefaultPhase2Attempts, xa.DefaultPhase2Timeout, xa.DefaultRetryBackoff)
 			if ident.Grace < need {
 				v.Warnings = append(v.Warnings, fmt.Sprintf("the grace %v is shorter than the timeout plus the default phase-2 retry budget (%v): "+
@@ -107,7 +127,11 @@ existing log only.`, xa.DefaultPhase2Attempts, xa.DefaultPhase2Timeout),
 				v.Warnings = append(v.Warnings, fmt.Sprintf("recovery.grace %v in the configuration is longer than the log's grace: xactl will wait %v", min, min))
 			}
 			return g.out.result(v, func(w io.Writer) {
-				fmt.Fprintf(w, "created the decision log in %s:\n", v.Dir)
+				where := v.Dir
+				if v.Database != "" {
+					where = v.Database
+				}
+				fmt.Fprintf(w, "created the decision log in %s:\n", where)
 				printIdentity(w, v.Identity)
 				for _, s := range v.Warnings {
 					fmt.Fprintln(w, "warning:", s)
@@ -118,6 +142,8 @@ existing log only.`, xa.DefaultPhase2Attempts, xa.DefaultPhase2Timeout),
 	f := cmd.Flags()
 	f.DurationVar(&timeout, "timeout", xa.DefaultTimeout, "global transaction timeout of the log's coordinators")
 	f.DurationVar(&grace, "grace", 0, "presumed-abort grace period (default: xa.GracePeriod of the timeout)")
+	f.StringVar(&kind, "kind", "", "file, postgres or mysql (overrides log.kind)")
+	f.StringVar(&dsn, "dsn", "", "the log database's DSN, for --kind postgres or mysql (overrides log.dsn)")
 	return cmd
 }
 

@@ -22,9 +22,9 @@ import (
 )
 
 func newRecover(g *globals) *cobra.Command {
-	var dry, watch bool
+	var dry, watch, takeover bool
 	var interval time.Duration
-	var metricsAddr string
+	var metricsAddr, reason string
 	cmd := &cobra.Command{
 		Use:   "recover",
 		Short: "Resolve in-doubt branches from the decision log",
@@ -48,8 +48,19 @@ sinks' (their own restore resolves them: xactl sink status NAME). Records whose 
 all resolved are forgotten. Running it twice, or next to another recover,
 is safe.
 
-The decision log is taken for writing; while a transaction manager has it
-open, use --dry-run (it runs recovery itself).
+The embedded decision log (log.kind file) is taken for writing; while a
+transaction manager has it open, use --dry-run (it runs recovery itself).
+
+A decision log in PostgreSQL or MySQL (log.kind postgres or mysql) is read
+and written beside the running nodes, without taking its lease: recover
+commits what is decided and rolls back what is recorded aborted, and leaves
+presumed abort to the process that holds the log (its branches wait, with
+who holds it). With --takeover, xactl takes the node's log over if its lease
+has expired (its node is dead: xactl nodes shows it) or was released, at a
+new epoch, so that the database refuses every decision of the node's
+process from then on; recovers it at once, without the grace period, until
+nothing of it is in doubt; and releases it. The takeover is recorded with
+who made it (--reason adds why). A live node's log is refused.
 
 With --watch, a report is printed after every scan that found or did
 something; with -o json, after every scan, each report one compact JSON
@@ -64,9 +75,23 @@ there may be in doubt); 1 when a participant could not be listed.`,
 			if !watch && (cmd.Flags().Changed("interval") || metricsAddr != "") {
 				return usageErr("--interval and --metrics-addr need --watch")
 			}
+			if takeover && (watch || dry) {
+				return usageErr("--takeover goes with neither --watch nor --dry-run")
+			}
+			if reason != "" && !takeover {
+				return usageErr("--reason needs --takeover")
+			}
 			c, err := g.loadConfig(config.Need{Log: true, Participants: true})
 			if err != nil {
 				return err
+			}
+			if takeover {
+				if !c.Log.IsSQL() {
+					return usageErr("--takeover needs a decision log in a database (log.kind postgres or mysql): a file log has no lease, and xactl takes it for writing anyway")
+				}
+				ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+				defer cancel()
+				return recoverTakeover(ctx, g, c, reason)
 			}
 			if interval <= 0 {
 				interval = time.Duration(c.Recovery.Interval)
@@ -172,6 +197,8 @@ there may be in doubt); 1 when a participant could not be listed.`,
 	f.BoolVar(&watch, "watch", false, "keep recovering every --interval until interrupted")
 	f.DurationVar(&interval, "interval", 0, "time between scans with --watch (default recovery.interval, 10s)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "with --watch, serve Prometheus metrics on this address (e.g. :9464)")
+	f.BoolVar(&takeover, "takeover", false, "take the node's log over if its lease expired (shared logs only), recover it at once, release it")
+	f.StringVar(&reason, "reason", "", "with --takeover, why (recorded with the takeover, with who made it)")
 	return cmd
 }
 

@@ -66,9 +66,12 @@ type globals struct {
 	configPath string
 	node       string
 	logDir     string
-	output     string
-	verbose    bool
-	timeout    time.Duration
+	// logKind and logDSN override log.kind and log.dsn (xactl log init
+	// --kind --dsn).
+	logKind, logDSN string
+	output          string
+	verbose         bool
+	timeout         time.Duration
 
 	// out prints results, as a table or as JSON (--output), for every
 	// command; set before any command runs.
@@ -208,7 +211,7 @@ status: branches its restore will not resolve by itself).`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: ExitUsage, err: err} })
 
 	root.AddCommand(newList(g), newRecover(g), newResolve(g, true), newResolve(g, false),
-		newLog(g), newParticipant(g), newHeuristic(g), newDoctor(g), newSink(g), newVersion(g))
+		newLog(g), newParticipant(g), newNodes(g), newHeuristic(g), newDoctor(g), newSink(g), newVersion(g))
 	usageArgs(root)
 	return root
 }
@@ -258,6 +261,12 @@ func (g *globals) loadConfig(need config.Need) (*config.Config, error) {
 	}
 	if g.logDir != "" {
 		c.Log.Dir = g.logDir
+	}
+	if g.logKind != "" {
+		c.Log.Kind = g.logKind
+	}
+	if g.logDSN != "" {
+		c.Log.DSN = g.logDSN
 	}
 	c.Defaults()
 	if err := c.Validate(need); err != nil {

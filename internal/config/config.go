@@ -51,17 +51,45 @@ type Config struct {
 const (
 	// LogFile is the embedded decision log (recovery/filelog) in Log.Dir.
 	LogFile = "file"
-	// LogSQL is reserved for a decision log in a database; not supported
-	// yet.
+	// LogPostgres is the shared decision log (recovery/sqllog) in a
+	// PostgreSQL database, Log.DSN: every node keeps its log there, and a
+	// live node takes a dead one's over.
+	LogPostgres = "postgres"
+	// LogMySQL is the shared decision log in a MySQL 8 or MariaDB 10.6+
+	// database.
+	LogMySQL = "mysql"
+	// LogSQL was reserved for a decision log in a database before there
+	// was one; it names none of them.
 	LogSQL = "sql"
 )
 
 // Log locates the decision log.
 type Log struct {
-	// Kind is the log's backend: "file" (the default).
+	// Kind is the log's backend: "file" (the default), "postgres" (also
+	// "postgresql") or "mysql" (also "mariadb").
 	Kind string `yaml:"kind"`
 	// Dir is the file log's directory.
 	Dir string `yaml:"dir"`
+	// DSN is the log database's (postgres, mysql); ${VAR} is expanded
+	// from the environment.
+	DSN string `yaml:"dsn"`
+	// LeaseTTL is the time to live of the leases xactl takes (recover
+	// --takeover); the nodes' are set where they run. Default 10s.
+	LeaseTTL Duration `yaml:"lease_ttl"`
+
+	// unsetVars are the variables of DSN that expanded to nothing.
+	unsetVars []string
+}
+
+// IsSQL reports whether the log is in a database (recovery/sqllog).
+func (l Log) IsSQL() bool { return l.Kind == LogPostgres || l.Kind == LogMySQL }
+
+// Where names the log for messages: its directory, or its database.
+func (l Log) Where() string {
+	if l.IsSQL() {
+		return "the " + l.Kind + " log database"
+	}
+	return l.Dir
 }
 
 // Participant is one database.
@@ -152,6 +180,13 @@ func Parse(b []byte, name string) (*Config, error) {
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) { // empty input: empty configuration
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
 	}
+	c.Log.DSN = os.Expand(c.Log.DSN, func(name string) string {
+		v := os.Getenv(name)
+		if v == "" {
+			c.Log.unsetVars = append(c.Log.unsetVars, name)
+		}
+		return v
+	})
 	for i := range c.Participants {
 		p := &c.Participants[i]
 		p.DSN = os.Expand(p.DSN, func(name string) string {
@@ -165,15 +200,18 @@ func Parse(b []byte, name string) (*Config, error) {
 	return &c, nil
 }
 
-// ApplyEnv overrides settings with XACTL_NODE and XACTL_LOG_DIR when they
-// are set. XACTL_TIMEOUT, which set a setting that is now the log's, is
-// refused.
+// ApplyEnv overrides settings with XACTL_NODE, XACTL_LOG_DIR and
+// XACTL_LOG_DSN when they are set. XACTL_TIMEOUT, which set a setting that
+// is now the log's, is refused.
 func (c *Config) ApplyEnv(getenv func(string) string) error {
 	if v := getenv("XACTL_NODE"); v != "" {
 		c.Node = v
 	}
 	if v := getenv("XACTL_LOG_DIR"); v != "" {
 		c.Log.Dir = v
+	}
+	if v := getenv("XACTL_LOG_DSN"); v != "" {
+		c.Log.DSN, c.Log.unsetVars = v, nil
 	}
 	if v := getenv("XACTL_TIMEOUT"); v != "" {
 		return fmt.Errorf("%w: XACTL_TIMEOUT=%q is no longer read: %s", ErrInvalid, v, removed["timeout"])
@@ -187,6 +225,12 @@ func (c *Config) Defaults() {
 		c.Log.Kind = LogFile
 	}
 	c.Log.Kind = strings.ToLower(c.Log.Kind)
+	switch c.Log.Kind {
+	case "postgresql":
+		c.Log.Kind = LogPostgres
+	case "mariadb":
+		c.Log.Kind = LogMySQL
+	}
 	if c.Recovery.Interval == 0 {
 		c.Recovery.Interval = Duration(10 * time.Second)
 	}
@@ -229,10 +273,21 @@ func (c *Config) Validate(need Need) error {
 		if need.Log && c.Log.Dir == "" {
 			errs = append(errs, errors.New("log.dir is not set (the decision log's directory; XACTL_LOG_DIR or --log-dir)"))
 		}
+	case LogPostgres, LogMySQL:
+		switch {
+		case need.Log && c.Log.DSN == "":
+			errs = append(errs, fmt.Errorf("log.dsn is not set (the %s database of the decision logs; XACTL_LOG_DSN)%s", c.Log.Kind, unsetText(c.Log.unsetVars)))
+		case need.Log && len(c.Log.unsetVars) > 0:
+			// A DSN with a hole may still name a database: another one.
+			errs = append(errs, fmt.Errorf("log.dsn%s", unsetText(c.Log.unsetVars)))
+		}
+		if c.Log.LeaseTTL < 0 || c.Log.LeaseTTL > 0 && c.Log.LeaseTTL < Duration(time.Second) {
+			errs = append(errs, fmt.Errorf("log.lease_ttl %v: at least 1s", time.Duration(c.Log.LeaseTTL)))
+		}
 	case LogSQL:
-		errs = append(errs, errors.New("log.kind: sql is not supported yet; use kind: file with log.dir"))
+		errs = append(errs, errors.New("log.kind: sql names no database: use postgres or mysql (also for MariaDB), with log.dsn"))
 	default:
-		errs = append(errs, fmt.Errorf("log.kind: %q is not a kind of decision log; want file", c.Log.Kind))
+		errs = append(errs, fmt.Errorf("log.kind: %q is not a kind of decision log; want file, postgres or mysql", c.Log.Kind))
 	}
 	if need.Participants && len(c.Participants) == 0 {
 		errs = append(errs, errors.New("no participants configured"))
@@ -287,7 +342,7 @@ func (c *Config) CheckIdentity(ident xa.LogIdentity) error {
 	if c.Node != ident.Node {
 		return fmt.Errorf("%w: node is %q (config, XACTL_NODE or --node), but the decision log in %s is node %q's (log %s): "+
 			"the decisions of node %q are not in this log. Point log.dir at node %q's log, or drop node: to use the log's",
-			ErrInvalid, c.Node, c.Log.Dir, ident.Node, ident.ID, c.Node, c.Node)
+			ErrInvalid, c.Node, c.Log.Where(), ident.Node, ident.ID, c.Node, c.Node)
 	}
 	return nil
 }

@@ -126,15 +126,19 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestLogKind: kind defaults to file; sql is named as not supported yet;
-// anything else is an unknown kind.
+// TestLogKind: kind defaults to file; postgres and mysql (and their
+// aliases) need log.dsn; sql names no database; anything else is an
+// unknown kind.
 func TestLogKind(t *testing.T) {
-	for _, tc := range []struct{ kind, want string }{
-		{"", ""}, {"file", ""}, {"FILE", ""},
-		{"sql", "sql is not supported yet"},
-		{"pebble", `"pebble" is not a kind of decision log`},
+	for _, tc := range []struct{ kind, dsn, want, is string }{
+		{"", "", "", LogFile}, {"file", "", "", LogFile}, {"FILE", "", "", LogFile},
+		{"postgres", "postgres://db/logs", "", LogPostgres}, {"PostgreSQL", "postgres://db/logs", "", LogPostgres},
+		{"mysql", "u@tcp(db)/logs", "", LogMySQL}, {"mariadb", "u@tcp(db)/logs", "", LogMySQL},
+		{"postgres", "", "log.dsn is not set", ""},
+		{"sql", "", "sql names no database: use postgres or mysql", ""},
+		{"pebble", "", `"pebble" is not a kind of decision log`, ""},
 	} {
-		c := &Config{Log: Log{Kind: tc.kind, Dir: "/d"}}
+		c := &Config{Log: Log{Kind: tc.kind, Dir: "/d", DSN: tc.dsn}}
 		c.Defaults()
 		err := c.Validate(Need{Log: true})
 		switch {
@@ -143,8 +147,8 @@ func TestLogKind(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("kind %q: %v; want %q", tc.kind, err, tc.want)
 		}
-		if tc.want == "" && c.Log.Kind != LogFile {
-			t.Errorf("kind %q became %q", tc.kind, c.Log.Kind)
+		if tc.want == "" && c.Log.Kind != tc.is {
+			t.Errorf("kind %q became %q, want %q", tc.kind, c.Log.Kind, tc.is)
 		}
 	}
 }
@@ -182,5 +186,26 @@ func TestCheckIdentity(t *testing.T) {
 	err = c.CheckIdentity(ident)
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"n2"`) || !strings.Contains(err.Error(), `"n1"`) || !strings.Contains(err.Error(), ident.ID.String()) {
 		t.Fatalf("CheckIdentity with another node: %v", err)
+	}
+}
+
+// TestLogDSNUnsetVariable: a log DSN naming a variable the environment does
+// not set is refused, even when what is left still reads as a DSN (it
+// would name another database).
+func TestLogDSNUnsetVariable(t *testing.T) {
+	t.Setenv("XA_TEST_LOG_HOST", "")
+	c, err := Parse([]byte("log:\n  kind: postgres\n  dsn: postgres://u@${XA_TEST_LOG_HOST}/logs\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Defaults()
+	if err := c.Validate(Need{Log: true}); err == nil || !strings.Contains(err.Error(), "${XA_TEST_LOG_HOST} is not set") {
+		t.Fatalf("Validate: %v; want the unset variable named", err)
+	}
+	t.Setenv("XA_TEST_LOG_HOST", "db1")
+	c, _ = Parse([]byte("log:\n  kind: postgres\n  dsn: postgres://u@${XA_TEST_LOG_HOST}/logs\n"), "t.yaml")
+	c.Defaults()
+	if err := c.Validate(Need{Log: true}); err != nil || c.Log.DSN != "postgres://u@db1/logs" {
+		t.Fatalf("Validate: %v, dsn %q", err, c.Log.DSN)
 	}
 }

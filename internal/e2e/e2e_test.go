@@ -9,7 +9,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,9 +19,11 @@ import (
 	xamysql "github.com/xadb/xa/drivers/mysql"
 	xapg "github.com/xadb/xa/drivers/postgres"
 	"github.com/xadb/xa/internal/lab/bank"
+	"github.com/xadb/xa/internal/logdb"
 	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/recovery"
 	"github.com/xadb/xa/recovery/filelog"
+	"github.com/xadb/xa/recovery/sqllog"
 	"github.com/xadb/xa/xa"
 )
 
@@ -28,12 +32,22 @@ import (
 // crash tests start it, kill it and recover after it.
 const workerEnv = "XA_E2E_WORKER"
 
+// workerLogEnv, when set (to a slog level: warn, info, debug), makes the
+// worker log on its stderr, which a failing test prints.
+const workerLogEnv = "XA_E2E_WORKER_LOG"
+
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(workerEnv); spec != "" {
 		var cfg bank.WorkerConfig
 		if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
 			fmt.Fprintln(os.Stderr, "worker config:", err)
 			os.Exit(2)
+		}
+		if lvl := os.Getenv(workerLogEnv); lvl != "" {
+			var l slog.Level
+			if err := l.UnmarshalText([]byte(lvl)); err == nil {
+				cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+			}
 		}
 		if err := bank.RunWorker(context.Background(), cfg, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
@@ -58,7 +72,26 @@ type bankEnv struct {
 	// created for (default 2 s): managers may use up to it.
 	timeout time.Duration
 	created bool
+	// env is more environment for the coordinator processes.
+	env []string
+	// logKind is the decision log's kind: "" (the embedded log in
+	// logDir), or postgres or mysql (recovery/sqllog in the database
+	// logDSN): XA_E2E_LOG picks it, so that every test here can run
+	// against the shared log too.
+	logKind, logDSN string
 }
+
+// e2eLog is the test's decision log, of either kind.
+type e2eLog interface {
+	xa.RecoveryLog
+	Close() error
+	// SyncCount counts the log's syncs (filelog) or commits (sqllog).
+	SyncCount() int64
+}
+
+// logLease is the shared log's lease TTL in these tests: a killed
+// coordinator's log is free again this long after its death.
+const logLease = time.Second
 
 // Phase-2 settings of the tests' managers: short, so that the grace period
 // (timeout + phase-2 budget + margin) stays a few seconds.
@@ -83,6 +116,15 @@ func (b *bankEnv) createLog() {
 	if err != nil {
 		b.t.Fatal(err)
 	}
+	if b.logKind != "" {
+		s, closeDB := b.sqlStore()
+		defer closeDB()
+		if _, err := s.CreateLog(context.Background(), ident); err != nil {
+			b.t.Fatal(err)
+		}
+		b.created = true
+		return
+	}
 	log, err := filelog.Create(b.logDir, ident, filelog.Options{})
 	if err != nil {
 		b.t.Fatal(err)
@@ -93,15 +135,53 @@ func (b *bankEnv) createLog() {
 	b.created = true
 }
 
-// openLog opens the test's decision log, creating it the first time.
-func (b *bankEnv) openLog() *filelog.Log {
+// sqlStore opens the shared log's tables.
+func (b *bankEnv) sqlStore() (*sqllog.Store, func()) {
+	b.t.Helper()
+	db, d, err := logdb.Open(b.logKind, b.logDSN, logdb.Options{Idle: 3 * time.Second})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	s, err := sqllog.NewStore(db, d, sqllog.Options{LeaseTTL: logLease, LeaseWait: time.Minute})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return s, func() { db.Close() }
+}
+
+// openLog opens the test's decision log as its node's process, creating
+// it the first time.
+func (b *bankEnv) openLog() e2eLog {
 	b.t.Helper()
 	b.createLog()
+	if b.logKind != "" {
+		s, closeDB := b.sqlStore()
+		l, err := s.Open(context.Background(), b.node)
+		if err != nil {
+			closeDB()
+			b.t.Fatal(err)
+		}
+		return &sqlE2ELog{Log: l, closeDB: closeDB}
+	}
 	log, err := filelog.Open(b.logDir, filelog.Options{})
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	return log
+}
+
+// sqlE2ELog is a shared log with its database, closed together (twice is
+// fine).
+type sqlE2ELog struct {
+	*sqllog.Log
+	closeDB func()
+	once    sync.Once
+}
+
+func (l *sqlE2ELog) Close() error {
+	var err error
+	l.once.Do(func() { err = l.Log.Close(); l.closeDB() })
+	return err
 }
 
 var nodeSeq atomic.Int64
@@ -113,7 +193,17 @@ func newBank(t *testing.T, my, pg *dbtest.DB, accounts int) *bankEnv {
 		t.Fatal(err)
 	}
 	node := fmt.Sprintf("e2e%d-%d", os.Getpid(), nodeSeq.Add(1))
-	return &bankEnv{t: t, my: my, pg: pg, accounts: accounts, logDir: t.TempDir() + "/log", node: node, timeout: 2 * time.Second}
+	b := &bankEnv{t: t, my: my, pg: pg, accounts: accounts, logDir: t.TempDir() + "/log", node: node, timeout: 2 * time.Second}
+	switch k := os.Getenv("XA_E2E_LOG"); k {
+	case "", "file":
+	case logdb.Postgres:
+		b.logKind, b.logDSN = k, dbtest.PostgresDB(t).DSN()
+	case logdb.MySQL:
+		b.logKind, b.logDSN = k, dbtest.MySQLDB(t).DSN()
+	default:
+		t.Fatalf("XA_E2E_LOG=%q: want file, postgres or mysql", k)
+	}
+	return b
 }
 
 // rms opens both resource managers with the bank's participant names;
@@ -141,7 +231,7 @@ func (b *bankEnv) rms(last ...bool) (*xamysql.RM, *xapg.RM) {
 
 // manager opens the decision log and a Manager on it for node b.node. The
 // log is closed when t ends or when the caller does (Close twice is fine).
-func (b *bankEnv) manager(timeout time.Duration) (*xa.Manager, *filelog.Log) {
+func (b *bankEnv) manager(timeout time.Duration) (*xa.Manager, e2eLog) {
 	b.t.Helper()
 	log := b.openLog()
 	b.t.Cleanup(func() { log.Close() })

@@ -38,7 +38,7 @@ var testRigs = []string{"internal/testrig/dbtest", "internal/testrig/memrm", "in
 const lab = "internal/lab"
 
 // product are the product's packages, as go list patterns.
-var product = []string{"xa", "drivers/...", "recovery", "recovery/filelog", "metrics", "otelxa", "sink/...", "internal/cli", "internal/config", "cmd/xactl"}
+var product = []string{"xa", "drivers/...", "recovery", "recovery/filelog", "recovery/sqllog", "internal/logdb", "metrics", "otelxa", "sink/...", "internal/cli", "internal/config", "cmd/xactl"}
 
 // The sink's rooms, as database/sql splits its API from its drivers and
 // franz-go its client from its admin API: sinkContracts holds the

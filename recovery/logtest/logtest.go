@@ -14,8 +14,9 @@
 // goroutines racing LogCommit and LogAbort for the same ids, repeated
 // aborts, ErrDecisionTooLate, delegations and participant records with
 // their identities, heuristic records kept by
-// participant and XID, abort retention on the log's clock, and durability
-// across a reopen.
+// participant and XID, abort retention on the log's clock, durability
+// across a reopen, and, for a log held under a lease, that a takeover
+// fences the previous holder's decisions.
 //
 // The suite owns the log's clock: Harness.New must make the log read time
 // only from the now function it is given.
@@ -49,6 +50,15 @@ type Harness struct {
 	// log that does not outlive its process: the checks after a reopen
 	// are then skipped.
 	Reopen func(t *testing.T, l xa.RecoveryLog) xa.RecoveryLog
+
+	// TakeOver, for a log held under a lease (recovery/sqllog), takes l's
+	// log over as another process does when l's lease has expired (a new
+	// holder at a new epoch), without telling l, and returns the log as
+	// the new holder has it. The suite then checks that the database
+	// refuses l's decision writes with xa.ErrFenced and that nothing of
+	// them is logged, and that the new holder sees what l logged before.
+	// Nil for a log without a lease: the check is skipped.
+	TakeOver func(t *testing.T, l xa.RecoveryLog) xa.RecoveryLog
 }
 
 // Clock is a settable clock.
@@ -173,6 +183,7 @@ func Run(t *testing.T, h Harness) {
 		{"Participants", testParticipants},
 		{"HeuristicsByParticipantAndXID", testHeuristics},
 		{"AbortRetention", testAbortRetention},
+		{"FencedAfterTakeover", testFencedAfterTakeover},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.f(newEnv(t, h)) })
@@ -743,5 +754,62 @@ func testAbortRetention(e *env) {
 	e.clock.Advance(2 * time.Second)
 	if err := e.log.ForgetAbort(e.ctx, late); err != nil {
 		e.t.Fatalf("ForgetAbort past the deadline + retention: %v", err)
+	}
+}
+
+// testFencedAfterTakeover: once another process took the log over, the
+// previous holder's commit, abort, delegation and participant writes are
+// refused with xa.ErrFenced and leave nothing; what it logged before is
+// the new holder's to read, and the new holder records aborts.
+func testFencedAfterTakeover(e *env) {
+	if e.h.TakeOver == nil {
+		e.t.Skip("the log has no lease (Harness.TakeOver is nil)")
+	}
+	old := e.log
+	before := e.commitRec(e.gid(0))
+	if err := old.LogCommit(e.ctx, before); err != nil {
+		e.t.Fatalf("LogCommit before the takeover: %v", err)
+	}
+	taker := e.h.TakeOver(e.t, old)
+	if taker == nil {
+		e.t.Fatal("Harness.TakeOver returned nil")
+	}
+	after := e.commitRec(e.gid(0))
+	if err := old.LogCommit(e.ctx, after); !errors.Is(err, xa.ErrFenced) || xa.OutcomeUnknown(err) {
+		e.t.Fatalf("the previous holder's LogCommit after the takeover: %v; want xa.ErrFenced (and not outcome unknown)", err)
+	}
+	aborted := e.gid(0)
+	if err := old.LogAbort(e.ctx, xa.AbortRecord{ID: aborted, Reason: "stale"}); !errors.Is(err, xa.ErrFenced) {
+		e.t.Fatalf("the previous holder's LogAbort after the takeover: %v; want xa.ErrFenced", err)
+	}
+	if err := old.LogDelegation(e.ctx, xa.Delegation{Participant: "pg"}); !errors.Is(err, xa.ErrFenced) {
+		e.t.Fatalf("the previous holder's LogDelegation after the takeover: %v; want xa.ErrFenced", err)
+	}
+	p := xa.ParticipantRecord{Name: "maria", Identity: xa.StoreIdentity{ID: strings.Repeat("4", 32)}}
+	if err := old.LogParticipant(e.ctx, p); !errors.Is(err, xa.ErrFenced) {
+		e.t.Fatalf("the previous holder's LogParticipant after the takeover: %v; want xa.ErrFenced", err)
+	}
+	for _, l := range []xa.RecoveryLog{taker, old} {
+		if _, ok, err := l.Lookup(e.ctx, after.ID); ok || err != nil {
+			e.t.Fatalf("the refused commit record is there (%v, %v)", ok, err)
+		}
+		if _, ok, err := l.LookupAbort(e.ctx, aborted); ok || err != nil {
+			e.t.Fatalf("the refused abort record is there (%v, %v)", ok, err)
+		}
+		if got, ok, err := l.Lookup(e.ctx, before.ID); !ok || err != nil || enc(e.t, got) != enc(e.t, before) {
+			e.t.Fatalf("the commit record logged before the takeover is missing (%v, %v)", ok, err)
+		}
+		if ds, err := l.Delegations(e.ctx); len(ds) != 0 || err != nil {
+			e.t.Fatalf("Delegations = %+v, %v; want none (the only one was refused)", ds, err)
+		}
+		if ps, err := l.Participants(e.ctx); len(ps) != 0 || err != nil {
+			e.t.Fatalf("Participants = %+v, %v; want none (the only one was refused)", ps, err)
+		}
+	}
+	if err := taker.LogAbort(e.ctx, xa.AbortRecord{ID: aborted, Reason: "presumed abort after a takeover"}); err != nil {
+		e.t.Fatalf("the new holder's LogAbort: %v", err)
+	}
+	if err := taker.LogAbort(e.ctx, xa.AbortRecord{ID: before.ID, Reason: "presumed abort after a takeover"}); !errors.Is(err, xa.ErrCommitRecorded) {
+		e.t.Fatalf("the new holder's LogAbort of a transaction the previous holder committed: %v; want xa.ErrCommitRecorded", err)
 	}
 }

@@ -48,9 +48,15 @@ const (
 	TM    Mode = "tm"
 	Async Mode = "tm-async"
 	Last  Mode = "tm-last"
+	// SQLPostgres and SQLMySQL are tm with the shared decision log
+	// (recovery/sqllog) in PostgreSQL and in MariaDB/MySQL instead of the
+	// embedded one (AddSQLLog).
+	SQLPostgres Mode = "tm-sqllog-pg"
+	SQLMySQL    Mode = "tm-sqllog-maria"
 )
 
-// Modes in the order they are reported.
+// Modes in the order they are reported; a Setup adds the SQL logs' modes
+// it was given (Setup.Modes).
 var Modes = []Mode{Local, Raw, TM, Async, Last}
 
 // Setup holds the connections of a run.
@@ -63,9 +69,32 @@ type Setup struct {
 	AsyncMgr *xa.Manager // with AsyncCommit
 	LastPG   *xapg.RM    // PostgreSQL with a decision table: the last resource
 	LastMgr  *xa.Manager
+	// SQL are the managers on shared decision logs (AddSQLLog), by mode.
+	SQL      map[Mode]*xa.Manager
+	sqlModes []Mode
 	stopScan func()
 	Rows     int // rows per worker
 }
+
+// AddSQLLog adds mode m: the transaction manager with log, a shared
+// decision log (recovery/sqllog) opened by its node's process, as tm has
+// the embedded one.
+func (s *Setup) AddSQLLog(m Mode, log xa.RecoveryLog) error {
+	mgr, err := xa.NewManager(xa.Config{Node: log.Identity().Node, Log: log})
+	if err != nil {
+		return err
+	}
+	if s.SQL == nil {
+		s.SQL = map[Mode]*xa.Manager{}
+	}
+	s.SQL[m] = mgr
+	s.sqlModes = append(s.sqlModes, m)
+	return nil
+}
+
+// Modes returns the modes this setup measures, in the order they are
+// reported.
+func (s *Setup) Modes() []Mode { return append(append([]Mode{}, Modes...), s.sqlModes...) }
 
 // Open connects to both databases and creates the accounts tables (rows
 // rows for each of workers workers) in the given databases, which must
@@ -201,6 +230,9 @@ func (s *Setup) Transfer(ctx context.Context, m Mode, w, i int) error {
 		return s.tm(ctx, s.AsyncMgr, row)
 	case Last:
 		return s.tmWith(ctx, s.LastMgr, s.LastPG, row)
+	}
+	if mgr, ok := s.SQL[m]; ok {
+		return s.tm(ctx, mgr, row)
 	}
 	return fmt.Errorf("bench: unknown mode %q", m)
 }
@@ -378,8 +410,8 @@ type Comparison struct {
 	total  int64     // the balance over both databases before the run
 }
 
-// Compare measures every mode rounds times, interleaved (local, raw, tm,
-// local, raw, tm, ...), so that drift in the machine's speed hits all
+// Compare measures every mode of s rounds times, interleaved (local, raw,
+// tm, local, raw, tm, ...), so that drift in the machine's speed hits all
 // modes alike. A round's figures count only error-free transfers.
 func Compare(ctx context.Context, s *Setup, workers int, d time.Duration, rounds int) (Comparison, error) {
 	var c Comparison
@@ -391,10 +423,11 @@ func Compare(ctx context.Context, s *Setup, workers int, d time.Duration, rounds
 	if rounds < 1 {
 		rounds = 1
 	}
-	c.Best = make([]Stats, len(Modes))
+	modes := s.Modes()
+	c.Best = make([]Stats, len(modes))
 	for r := 0; r < rounds; r++ {
 		var round []Stats
-		for i, m := range Modes {
+		for i, m := range modes {
 			st := s.Measure(ctx, m, workers, d)
 			if err := ctx.Err(); err != nil {
 				return c, err

@@ -111,7 +111,7 @@ Exit codes: 0 ok, 1 error (a failed check included), 2 usage.`,
 	}
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log what is done")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: ExitUsage, err: err} })
-	root.AddCommand(newDemo(g), newBench(g), newWorker(g), newSinkWorker(g))
+	root.AddCommand(newDemo(g), newBench(g), newWorker(g), newBankSetup(g), newSinkWorker(g))
 	usageArgs(root)
 	return root
 }

@@ -25,7 +25,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xadb/xa/internal/lab/pebblelog"
+	"github.com/xadb/xa/internal/logdb"
 	"github.com/xadb/xa/recovery/filelog"
+	"github.com/xadb/xa/recovery/sqllog"
 	"github.com/xadb/xa/xa"
 )
 
@@ -69,8 +71,57 @@ func DefaultStores() []Store {
 	}
 }
 
+// SQLStore is the shared decision log (recovery/sqllog) in the database of
+// kind (postgres or mysql) at dsn, built as xactl builds it (internal/logdb,
+// sqllog's default options): each Open creates a log for a fresh node in
+// its tables (made the first time) and opens it as its node's process
+// does. The directory is not used.
+func SQLStore(name, kind, dsn string) Store { return SQLStoreWith(name, kind, dsn, sqllog.Options{}) }
+
+// SQLStoreWith is SQLStore with other options than xactl's defaults.
+func SQLStoreWith(name, kind, dsn string, opts sqllog.Options) Store {
+	return Store{Name: name, Open: func(string) (Log, io.Closer, error) {
+		db, d, err := logdb.Open(kind, dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		s, err := sqllog.NewStore(db, d, opts)
+		if err != nil {
+			db.Close()
+			return nil, nil, err
+		}
+		ident, err := xa.NewLogIdentity(fmt.Sprintf("bench-%d", sqlSeq.Add(1)), 0, 0, time.Now())
+		if err != nil {
+			db.Close()
+			return nil, nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		l, err := s.Create(ctx, ident)
+		if err != nil {
+			db.Close()
+			return nil, nil, err
+		}
+		return l, closers{l, db}, nil
+	}}
+}
+
+var sqlSeq atomic.Int64
+
+// closers closes each in turn.
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var errs []error
+	for _, c := range cs {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
 // SyncCounter is implemented by logs that count their syncs (filelog.Log
-// and pebblelog.Log do); Result.Syncs is filled from it.
+// and pebblelog.Log do; sqllog.Log counts its batches, one commit each);
+// Result.Syncs is filled from it.
 type SyncCounter interface {
 	SyncCount() int64
 }
