@@ -477,6 +477,7 @@ type tracker struct {
 
 	mu                  sync.Mutex
 	checkpoints, aborts int
+	largest             int                  // records of the largest committed checkpoint
 	last                sink.CheckpointStats // the last committed
 	lastAt              time.Time
 	lastAbort           error
@@ -495,6 +496,7 @@ func (t *tracker) CheckpointDone(c sink.CheckpointStats) {
 	}
 	t.committed.Add(int64(c.Records))
 	t.checkpoints++
+	t.largest = max(t.largest, c.Records)
 	t.last, t.lastAt = c, time.Now()
 }
 
@@ -502,18 +504,21 @@ func (t *tracker) CheckpointDone(c sink.CheckpointStats) {
 type sinkRunView struct {
 	Sink string `json:"sink"`
 	// Ended: interrupted, source ended, or error.
-	Ended            string  `json:"ended"`
-	Error            string  `json:"error,omitempty"`
-	RecordsCommitted int64   `json:"records_committed"`
-	Checkpoints      int     `json:"checkpoints"`
-	Aborted          int     `json:"aborted"`
-	Seconds          float64 `json:"seconds"`
+	Ended            string `json:"ended"`
+	Error            string `json:"error,omitempty"`
+	RecordsCommitted int64  `json:"records_committed"`
+	Checkpoints      int    `json:"checkpoints"`
+	// LargestCheckpoint is the records of the largest checkpoint
+	// committed: at most checkpoint.records.
+	LargestCheckpoint int     `json:"largest_checkpoint"`
+	Aborted           int     `json:"aborted"`
+	Seconds           float64 `json:"seconds"`
 }
 
 func (t *tracker) view(name string) sinkRunView {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return sinkRunView{Sink: name, RecordsCommitted: t.committed.Load(), Checkpoints: t.checkpoints, Aborted: t.aborts,
+	return sinkRunView{Sink: name, RecordsCommitted: t.committed.Load(), Checkpoints: t.checkpoints, LargestCheckpoint: t.largest, Aborted: t.aborts,
 		Seconds: time.Since(t.started).Seconds()}
 }
 
@@ -521,8 +526,12 @@ func (t *tracker) view(name string) sinkRunView {
 func (t *tracker) done() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return fmt.Sprintf("%s committed in %s (%s aborted) in %s", plural(int(t.committed.Load()), "record"), plural(t.checkpoints, "checkpoint"),
+	s := fmt.Sprintf("%s committed in %s (%s aborted) in %s", plural(int(t.committed.Load()), "record"), plural(t.checkpoints, "checkpoint"),
 		fmt.Sprint(t.aborts), time.Since(t.started).Round(time.Millisecond))
+	if t.checkpoints > 0 {
+		s += fmt.Sprintf(", the largest checkpoint %s", plural(t.largest, "record"))
+	}
+	return s
 }
 
 // reporter writes the progress lines of sink run.

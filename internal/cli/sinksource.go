@@ -38,6 +38,12 @@ func openSource(sc config.Sink, logger *slog.Logger) (sink.Source, error) {
 		return kafkasource.New(kafkasource.Config{
 			Brokers: src.Brokers, Group: src.Group, Topics: src.Topics, Start: start,
 			SessionTimeout: time.Duration(src.SessionTimeout),
+			// No poll returns more than a checkpoint holds: the sink
+			// lowers it further before every poll to the room left in
+			// its open checkpoint (sink.BoundPolls), so a checkpoint
+			// holds at most checkpoint.records records, and the instance
+			// that many in memory, whatever the backlog.
+			MaxPollRecords: sc.Checkpoint.Records,
 			ClientID:       "xactl-sink-" + sc.Name,
 			Logf:           func(format string, args ...any) { logger.Debug(fmt.Sprintf(format, args...)) },
 		})

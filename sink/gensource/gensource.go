@@ -61,9 +61,16 @@ type Source struct {
 	rr        int   // round-robin start
 	committed map[string]string
 	payload   string
+	limit     int // LimitPoll's; 0: none
 }
 
 var _ sink.Source = (*Source)(nil)
+
+var _ sink.PollLimiter = (*Source)(nil)
+
+// LimitPoll bounds the records of the following Polls to n, below Batch
+// (n <= 0: Batch alone); see sink.PollLimiter.
+func (s *Source) LimitPoll(n int) { s.limit = max(n, 0) }
 
 // New returns a Source of cfg.
 func New(cfg Config) *Source {
@@ -129,11 +136,15 @@ func (s *Source) Poll(ctx context.Context) ([]sink.Record, error) {
 			return nil, err
 		}
 	}
-	per := max(1, s.cfg.Batch/s.cfg.Partitions)
+	batch := s.cfg.Batch
+	if s.limit > 0 {
+		batch = min(batch, s.limit)
+	}
+	per := max(1, batch/s.cfg.Partitions)
 	var out []sink.Record
-	for i := 0; i < s.cfg.Partitions && len(out) < s.cfg.Batch; i++ {
+	for i := 0; i < s.cfg.Partitions && len(out) < batch; i++ {
 		p := (s.rr + i) % s.cfg.Partitions
-		end := min(s.cfg.Len(p), s.next[p]+per, s.next[p]+s.cfg.Batch-len(out))
+		end := min(s.cfg.Len(p), s.next[p]+per, s.next[p]+batch-len(out))
 		for seq := s.next[p]; seq < end; seq++ {
 			out = append(out, s.cfg.record(p, seq, s.payload))
 		}

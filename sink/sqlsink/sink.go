@@ -249,7 +249,9 @@ func (s *Sink) step(name string, h Handle) error {
 // Runner.Run does (ErrFenced once every partition was taken over; nil at
 // the end of a bounded source). It refuses to start, with errors matching
 // ErrTable (each a *TableError), when a table does not fit its Table
-// (CheckTables).
+// (CheckTables). A src that is a sink.PollLimiter is limited before every
+// Poll to the room left in the open checkpoint, so that no checkpoint
+// holds more than opts.CheckpointRecords records.
 func (s *Sink) Run(ctx context.Context, src sink.Source, opts sink.RunOptions) error {
 	in, err := s.newInstance(ctx, false, 0, 0)
 	if err != nil {
@@ -259,7 +261,11 @@ func (s *Sink) Run(ctx context.Context, src sink.Source, opts sink.RunOptions) e
 	if opts.Logger == nil {
 		opts.Logger = s.log
 	}
-	err = sink.NewRunner[Handle](in, in, opts).Run(ctx, src)
+	// The source is told, before every Poll, how many records the open
+	// checkpoint still has room for (sink.BoundPolls): a checkpoint never
+	// holds more than CheckpointRecords, whatever backlog the source has.
+	c, src := sink.BoundPolls[Handle](in, src, opts.CheckpointRecords)
+	err = sink.NewRunner[Handle](c, in, opts).Run(ctx, src)
 	if cerr := s.check(); cerr != nil && err != nil && !errors.Is(err, sink.ErrClosed) {
 		err = fmt.Errorf("%w: %w", sink.ErrClosed, err)
 	}
