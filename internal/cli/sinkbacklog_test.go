@@ -40,6 +40,10 @@ func TestSinkKafkaBacklog(t *testing.T) {
 	}
 	const topic, partitions, perCheckpoint = "events", 8, 1000
 	e := newSinkEnv(t)
+	// The env's context lasts 3 minutes; a large backlog takes longer.
+	long, cancel := context.WithTimeout(context.Background(), time.Duration(backlog/1000+300)*time.Second)
+	defer cancel()
+	e.ctx = long
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic))
 	if err != nil {
 		t.Fatal(err)

@@ -106,6 +106,10 @@ type SinkTable struct {
 	Mode string `yaml:"mode"`
 	// Key lists the columns of the unique key an upsert matches on.
 	Key []string `yaml:"key"`
+	// Required lists columns whose JSON path must be in every record's
+	// value: a record without it is a bad record, not a NULL (a misspelt
+	// path, $.meta.regoin, would otherwise land NULL in every row).
+	Required []string `yaml:"required"`
 }
 
 // Table modes.
@@ -414,6 +418,18 @@ func validateSinkTables(where string, s Sink) []error {
 		if len(t.Key) != len(uniq(t.Key)) {
 			bad("key: a column twice")
 		}
+		for _, r := range t.Required {
+			from, ok := t.Columns[r]
+			switch {
+			case !ok:
+				bad("required column %q is not among its columns", r)
+			case !strings.HasPrefix(from, "$") || from == "$":
+				bad("required column %q takes %q: required is for a JSON path ($.field)", r, from)
+			}
+		}
+		if len(t.Required) != len(uniq(t.Required)) {
+			bad("required: a column twice")
+		}
 	}
 	return errs
 }
@@ -488,7 +504,7 @@ func (s Sink) SinkTables() []sqlsink.Table {
 	var out []sqlsink.Table
 	for _, t := range s.Tables {
 		out = append(out, sqlsink.Table{ID: t.Target + "/" + t.Name, Target: t.Target, Name: t.Name,
-			Columns: sqlsink.ColumnsFromMap(t.Columns), Upsert: t.Mode == ModeUpsert, Key: slices.Clone(t.Key)})
+			Columns: sqlsink.ColumnsFromMap(t.Columns), Upsert: t.Mode == ModeUpsert, Key: slices.Clone(t.Key), Required: slices.Clone(t.Required)})
 	}
 	return out
 }
