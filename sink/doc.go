@@ -24,7 +24,10 @@
 //     (every RunOptions.CheckpointRecords records or CheckpointInterval),
 //     reading a Source; checkpoints are decided in order while the next one
 //     is written; an aborted checkpoint aborts the later ones and the
-//     records are read again (Owner.Rewind, Source.Seek).
+//     records are read again (Owner.Rewind, Source.Seek). Every decision
+//     it makes is its checkpoint machine's (machine.go: pure, step(event)
+//     []action, replayed by the scripts in testdata/machine); the Runner
+//     performs the actions.
 //   - External: externally driven. The caller pre-commits at its
 //     checkpoint barrier, keeps the serialisable handle, commits it when
 //     its checkpoint completes, and calls Restore after a restart.

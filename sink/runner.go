@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
-	"slices"
-	"sync/atomic"
+	"sync"
 	"time"
 )
 
@@ -96,6 +94,13 @@ func (o RunOptions) withDefaults() RunOptions {
 // every earlier one committed; when one aborts, every later one aborts
 // too, and the records are read again from the committed positions
 // (Owner.Rewind, Source.Seek).
+//
+// Every decision is the checkpoint machine's (machine.go: pure, replayed
+// from the scripts in testdata/machine); the Runner performs its actions
+// and steps it with their outcomes. Its reader goroutine (Run's, from
+// which the Source calls the Handler) writes, pre-commits, aborts what
+// never reached the committer and recovers; its committer goroutine
+// commits or aborts the prepared checkpoints, one at a time, in order.
 type Runner[H any] struct {
 	c    Committer[H]
 	o    Owner
@@ -106,14 +111,6 @@ type Runner[H any] struct {
 func NewRunner[H any](c Committer[H], o Owner, opts RunOptions) *Runner[H] {
 	return &Runner[H]{c: c, o: o, opts: opts.withDefaults()}
 }
-
-// errLost is the reason of the aborts that follow lost partitions; they
-// do not count towards MaxAborts.
-var errLost = errors.New("sink: its partitions were lost")
-
-// errEarlierAborted is the reason of an abort of a checkpoint that was
-// prepared after one that did not commit.
-var errEarlierAborted = errors.New("sink: an earlier checkpoint did not commit")
 
 // Run reads src until ctx ends, the source ends (io.EOF: everything read
 // is committed first; Run returns nil), or an error stops it: ErrFenced
@@ -126,10 +123,13 @@ func (r *Runner[H]) Run(ctx context.Context, src Source) (err error) {
 	x := &run[H]{
 		r:       r,
 		src:     src,
-		owned:   map[string]bool{},
-		queue:   make(chan slot[H], r.opts.MaxPending),
-		results: make(chan outcome[H], r.opts.MaxPending),
-		ack:     map[string]string{},
+		m:       newMachine(r.opts),
+		handles: map[uint64]H{},
+		times:   map[uint64]*times{},
+		// The machine hands the committer one checkpoint at a time, and
+		// a waiting reader one batch of actions per wait.
+		commits: make(chan action, 1),
+		inbox:   make(chan []action, 1),
 	}
 	commitCtx, cancelCommit := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -148,262 +148,256 @@ func (r *Runner[H]) Run(ctx context.Context, src Source) (err error) {
 		<-sweeps
 		x.shutdown(ctx)
 		cancelCommit()
+		x.mu.Lock()
+		close(x.commits)
+		x.mu.Unlock()
 		<-done
 	}()
 	if err := src.Start(ctx, handler[H]{x}); err != nil {
 		return fmt.Errorf("sink: starting the source: %w", err)
 	}
 	for {
-		if err := x.collect(ctx); err != nil {
+		if stop, err := x.do(ctx, evCollect{}); stop {
 			return err
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		recs, perr := src.Poll(x.pollContext(ctx))
-		if x.interrupted != nil {
-			// Revoked failed to finish a checkpoint: what this poll
-			// returned is past the positions to read again.
-			cause := x.interrupted
-			x.interrupted = nil
-			if err := x.recover(ctx, cause); err != nil {
-				return err
-			}
-			continue
-		}
 		eof := errors.Is(perr, io.EOF)
-		if perr != nil && !eof && len(recs) == 0 {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if !errors.Is(perr, context.DeadlineExceeded) {
-				return fmt.Errorf("sink: source: %w", perr)
-			}
+		if stop, err := x.do(ctx, evPolled{records: recs, eof: eof, err: perr, canceled: ctx.Err()}); stop {
+			return err
 		}
-		if err := x.write(ctx, recs); err != nil {
-			if err := x.recover(ctx, err); err != nil {
+		if x.openAged() {
+			if stop, err := x.do(ctx, evDue{}); stop {
 				return err
 			}
-			continue
-		}
-		if x.open != nil && (eof || x.open.records >= r.opts.CheckpointRecords || time.Since(x.open.began) >= r.opts.CheckpointInterval) {
-			if err := x.precommit(ctx); err != nil {
-				if err := x.recover(ctx, err); err != nil {
-					return err
-				}
-				continue
-			}
-		}
-		if eof {
-			if err := x.waitAll(ctx); err != nil {
-				return err
-			}
-			if x.failed != nil {
-				if err := x.recover(ctx, x.failed); err != nil {
-					return err
-				}
-				continue
-			}
-			x.sweep(ctx)
-			return nil
 		}
 	}
 }
 
-// slot is one checkpoint of the run.
-type slot[H any] struct {
-	id        uint64
-	h         H
-	era       uint64
-	records   int
-	positions map[string]string // partition -> position after its last record
-	began     time.Time
-	prepared  time.Duration
-	preAt     time.Time
+// times are one checkpoint's timestamps, for the Observer.
+type times struct {
+	began, preAt time.Time
+	prepared     time.Duration
+	start        time.Time // its commit, or abort, began
 }
 
-type outcome[H any] struct {
-	s   slot[H]
-	err error
-	dur time.Duration
-}
-
-// run is one Run's state; everything but commitLoop runs on Run's
-// goroutine (Handler calls come from within Poll).
+// run is one Run's state. The machine is stepped by the reader (Run's
+// goroutine, and the Handler's calls from within Poll) and by the
+// committer goroutine, under mu; each performs the actions that are its
+// own.
 type run[H any] struct {
-	r     *Runner[H]
-	src   Source
-	owned map[string]bool
-	open  *slot[H]
-	next  uint64
-	// era counts recoveries: after a failure, the committer aborts every
-	// slot of the failed era without deciding it.
-	era         uint64
-	inflight    int
-	queue       chan slot[H]
-	results     chan outcome[H]
-	failed      error // the first failure of the current era
-	interrupted error // set by Revoked: recover after Poll returns
-	ack         map[string]string
-	aborts      int
-	stopped     bool
-	// abortBelow: the committer aborts, without deciding, the queued
-	// checkpoints of eras below it (set when partitions are lost).
-	abortBelow atomic.Uint64
+	r   *Runner[H]
+	src Source
+
+	mu      sync.Mutex
+	m       *machine
+	handles map[uint64]H // the checkpoints begun and not finished
+	times   map[uint64]*times
+	commits chan action   // to the committer
+	inbox   chan []action // to the reader, while it waits
+	stopped bool          // shutdown ran
+
+	// What the Handler's calls return: the last actTake's positions and
+	// error, the last actRelease's error.
+	taken    map[string]string
+	takeErr  error
+	released error
 }
 
-// commitLoop decides and commits the queued checkpoints in order.
-func (x *run[H]) commitLoop(ctx context.Context) {
-	failedEra, failed := uint64(0), false
-	for s := range x.queue {
-		start := time.Now()
-		var err error
-		reason := errEarlierAborted
-		if s.era < x.abortBelow.Load() {
-			// Lost: abort without trying.
-			failedEra, failed = s.era, true
-			reason = errLost
+// step applies ev under mu and performs the observer's and the
+// committer's actions (sending never blocks: the machine hands the
+// committer one checkpoint at a time). It returns the reader's actions.
+func (x *run[H]) step(ev event) []action {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var reader []action
+	for _, a := range x.m.step(ev) {
+		switch {
+		case forCommitter(a):
+			x.commits <- a
+		case forObserver(a):
+			x.observe(a)
+		default:
+			reader = append(reader, a)
 		}
-		if failed && s.era == failedEra {
-			err = &AbortError{Checkpoint: s.id, Reason: reason}
-			if aerr := x.r.c.Abort(ctx, s.h); aerr != nil {
-				err = &AbortError{Checkpoint: s.id, Reason: errors.Join(reason, aerr)}
-			}
-		} else if err = x.r.c.Commit(ctx, s.h); err != nil {
-			failedEra, failed = s.era, true
-		}
-		x.results <- outcome[H]{s: s, err: err, dur: time.Since(start)}
 	}
+	return reader
+}
+
+// observe calls the Observer; mu is held.
+func (x *run[H]) observe(a action) {
+	o := x.r.opts.Observer
+	switch a := a.(type) {
+	case actObserveRecords:
+		o.RecordsWritten(a.n)
+	case actObservePending:
+		o.PendingChanged(a.n)
+	case actObserveDone:
+		st := CheckpointStats{Checkpoint: a.n, Records: a.records, Committed: a.committed, Err: a.err}
+		if t := x.times[a.n]; t != nil {
+			if a.queued {
+				st.Write, st.Prepare, st.Commit = t.preAt.Sub(t.began), t.prepared, time.Since(t.start)
+			} else {
+				st.Write, st.Commit = time.Since(t.began), time.Since(t.start)
+			}
+		}
+		delete(x.times, a.n)
+		delete(x.handles, a.n)
+		o.CheckpointDone(st)
+	}
+}
+
+// do steps ev and performs the reader's actions that follow, stepping
+// their outcomes, until the machine asks nothing more of the reader.
+// stop: Run returns err.
+func (x *run[H]) do(ctx context.Context, ev event) (stop bool, err error) {
+	todo := x.step(ev)
+	for len(todo) > 0 {
+		a := todo[0]
+		todo = todo[1:]
+		switch a := a.(type) {
+		case actWait:
+			todo = append(todo, <-x.inbox...)
+		case actStop:
+			return true, a.err
+		case actStopped:
+		default:
+			if ev := x.perform(ctx, a); ev != nil {
+				todo = append(todo, x.step(ev)...)
+			}
+		}
+	}
+	return false, nil
+}
+
+// perform performs one of the reader's actions and returns its outcome
+// (nil for those the machine does not wait for).
+func (x *run[H]) perform(ctx context.Context, a action) event {
+	switch a := a.(type) {
+	case actWrite:
+		if a.begin {
+			h, err := x.r.c.Begin(ctx, a.n)
+			if err != nil {
+				return evWritten{n: a.n, beginErr: err}
+			}
+			x.mu.Lock()
+			x.handles[a.n], x.times[a.n] = h, &times{began: time.Now()}
+			x.mu.Unlock()
+		}
+		return evWritten{n: a.n, err: x.r.c.Write(ctx, x.handle(a.n), a.records)}
+	case actPreCommit:
+		x.mu.Lock()
+		t := x.times[a.n]
+		t.preAt = time.Now()
+		x.mu.Unlock()
+		h, err := x.r.c.PreCommit(ctx, x.handle(a.n), a.n)
+		x.mu.Lock()
+		t.prepared = time.Since(t.preAt)
+		if err == nil {
+			x.handles[a.n] = h
+		}
+		x.mu.Unlock()
+		return evPreCommitted{n: a.n, err: err}
+	case actAbort:
+		x.mu.Lock()
+		if t := x.times[a.n]; t != nil {
+			t.start = time.Now()
+		}
+		x.mu.Unlock()
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.r.opts.DrainTimeout)
+		defer cancel()
+		return evAborted{n: a.n, err: x.r.c.Abort(actx, x.handle(a.n))}
+	case actPause:
+		select {
+		case <-ctx.Done():
+			return evPaused{err: ctx.Err()}
+		case <-time.After(a.d):
+			return evPaused{}
+		}
+	case actRewind:
+		positions, lost, err := x.r.o.Rewind(ctx, a.parts)
+		return evRewound{positions: positions, lost: lost, err: err, canceled: ctx.Err() != nil}
+	case actSeek:
+		err := x.src.Seek(ctx, a.positions)
+		return evSought{err: err, canceled: ctx.Err() != nil}
+	case actAck:
+		x.acknowledge(ctx, a.positions)
+	case actTake:
+		x.taken, x.takeErr = x.r.o.Take(ctx, a.parts)
+		return evTaken{parts: a.parts, err: x.takeErr}
+	case actRelease:
+		// Its error is the Handler's to return (Revoked, Lost); the
+		// partitions are gone either way.
+		x.released = x.r.o.Release(ctx, a.parts)
+		return evReleased{}
+	case actSweep:
+		x.sweep(ctx)
+	case actWarn:
+		x.r.opts.Logger.Warn(a.msg, a.args...)
+	}
+	return nil
+}
+
+// handle returns the handle of checkpoint n.
+func (x *run[H]) handle(n uint64) H {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.handles[n]
+}
+
+// commitLoop performs the committer's actions: each prepared checkpoint
+// is committed, or aborted without being decided, in order.
+func (x *run[H]) commitLoop(ctx context.Context) {
+	for a := range x.commits {
+		var ev event
+		n := a.(interface{ number() uint64 }).number()
+		x.mu.Lock()
+		if t := x.times[n]; t != nil {
+			t.start = time.Now()
+		}
+		x.mu.Unlock()
+		switch a := a.(type) {
+		case actCommit:
+			ev = evCommitted{n: a.n, err: x.r.c.Commit(ctx, x.handle(a.n))}
+		case actAbortQueued:
+			ev = evAborted{n: a.n, err: x.r.c.Abort(ctx, x.handle(a.n))}
+		}
+		if acts := x.step(ev); len(acts) > 0 {
+			// The reader waits for these (actWait).
+			x.inbox <- acts
+		}
+	}
+}
+
+// openAged reports whether the open checkpoint is due by
+// CheckpointInterval.
+func (x *run[H]) openAged() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.m.open == nil {
+		return false
+	}
+	t := x.times[x.m.open.n]
+	return t != nil && time.Since(t.began) >= x.r.opts.CheckpointInterval
 }
 
 // pollContext bounds a Poll: until the open checkpoint is due, at most a
 // quarter second so that outcomes are acknowledged promptly.
 func (x *run[H]) pollContext(ctx context.Context) context.Context {
 	wait := 250 * time.Millisecond
-	if x.open != nil {
-		wait = min(wait, x.r.opts.CheckpointInterval-time.Since(x.open.began))
+	x.mu.Lock()
+	if x.m.open != nil {
+		if t := x.times[x.m.open.n]; t != nil {
+			wait = min(wait, x.r.opts.CheckpointInterval-time.Since(t.began))
+		}
 	}
+	x.mu.Unlock()
 	wait = max(wait, time.Millisecond)
 	c, cancel := context.WithTimeout(ctx, wait)
 	context.AfterFunc(c, cancel)
 	return c
-}
-
-// write adds the records of owned partitions to the open checkpoint.
-func (x *run[H]) write(ctx context.Context, recs []Record) error {
-	// Records come in runs of one partition: ownership is looked up once
-	// per run, and the records are copied only when some are not owned.
-	kept, part, owned := recs, "", false
-	for i, rec := range recs {
-		if i == 0 || rec.Partition != part {
-			part, owned = rec.Partition, x.owned[rec.Partition]
-		}
-		if !owned {
-			kept = slices.DeleteFunc(slices.Clone(recs), func(r Record) bool { return !x.owned[r.Partition] })
-			break
-		}
-	}
-	if len(kept) == 0 {
-		return nil
-	}
-	if x.open == nil {
-		x.next++
-		h, err := x.r.c.Begin(ctx, x.next)
-		if err != nil {
-			return fmt.Errorf("sink: beginning checkpoint %d: %w", x.next, err)
-		}
-		x.open = &slot[H]{id: x.next, h: h, era: x.era, began: time.Now(), positions: map[string]string{}}
-	}
-	if err := x.r.c.Write(ctx, x.open.h, kept); err != nil {
-		if !errors.Is(err, ErrAborted) {
-			err = &AbortError{Checkpoint: x.open.id, Reason: err}
-		}
-		return err
-	}
-	x.open.records += len(kept)
-	for i, rec := range kept {
-		if i == len(kept)-1 || kept[i+1].Partition != rec.Partition {
-			x.open.positions[rec.Partition] = rec.Next
-		}
-	}
-	x.r.opts.Observer.RecordsWritten(len(kept))
-	return nil
-}
-
-// precommit prepares the open checkpoint and queues it for its decision.
-func (x *run[H]) precommit(ctx context.Context) error {
-	s := x.open
-	x.open = nil
-	for x.inflight >= x.r.opts.MaxPending && x.failed == nil {
-		x.handle(<-x.results)
-	}
-	if x.failed != nil {
-		x.abort(ctx, s, errEarlierAborted)
-		return x.failed
-	}
-	s.preAt = time.Now()
-	h, err := x.r.c.PreCommit(ctx, s.h, s.id)
-	s.prepared = time.Since(s.preAt)
-	if err != nil {
-		x.abort(ctx, s, err)
-		if !errors.Is(err, ErrAborted) {
-			err = &AbortError{Checkpoint: s.id, Reason: err}
-		}
-		return err
-	}
-	s.h = h
-	x.inflight++
-	x.r.opts.Observer.PendingChanged(x.inflight)
-	x.queue <- *s
-	return nil
-}
-
-// abort aborts a checkpoint that never reached the committer.
-func (x *run[H]) abort(ctx context.Context, s *slot[H], reason error) {
-	start := time.Now()
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.r.opts.DrainTimeout)
-	defer cancel()
-	if err := x.r.c.Abort(actx, s.h); err != nil {
-		x.r.opts.Logger.Warn("sink: abort failed; restore will roll the checkpoint back", "checkpoint", s.id, "err", err)
-		reason = errors.Join(reason, err)
-	}
-	x.r.opts.Observer.CheckpointDone(CheckpointStats{Checkpoint: s.id, Records: s.records, Err: reason,
-		Write: time.Since(s.began), Commit: time.Since(start)})
-}
-
-// handle takes one outcome from the committer.
-func (x *run[H]) handle(o outcome[H]) {
-	x.inflight--
-	x.r.opts.Observer.PendingChanged(x.inflight)
-	x.r.opts.Observer.CheckpointDone(CheckpointStats{Checkpoint: o.s.id, Records: o.s.records, Committed: o.err == nil, Err: o.err,
-		Write: o.s.preAt.Sub(o.s.began), Prepare: o.s.prepared, Commit: o.dur})
-	if o.err != nil {
-		if x.failed == nil {
-			x.failed = o.err
-		}
-		return
-	}
-	x.aborts = 0
-	maps.Copy(x.ack, o.s.positions)
-}
-
-// collect handles the outcomes ready, acknowledges committed positions to
-// the source, and recovers from a failure.
-func (x *run[H]) collect(ctx context.Context) error {
-	for {
-		select {
-		case o := <-x.results:
-			x.handle(o)
-			continue
-		default:
-		}
-		break
-	}
-	x.acknowledge(ctx)
-	if x.failed != nil {
-		return x.recover(ctx, x.failed)
-	}
-	return nil
 }
 
 // ackTimeout bounds an acknowledgement to the source: the positions it
@@ -413,145 +407,12 @@ func (x *run[H]) collect(ctx context.Context) error {
 // from learning that it was fenced.
 const ackTimeout = 5 * time.Second
 
-func (x *run[H]) acknowledge(ctx context.Context) {
-	if len(x.ack) == 0 {
-		return
-	}
+func (x *run[H]) acknowledge(ctx context.Context, positions map[string]string) {
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
-	if err := x.src.Committed(ctx, x.ack); err != nil {
+	if err := x.src.Committed(ctx, positions); err != nil {
 		x.r.opts.Logger.Warn("sink: acknowledging committed positions to the source", "err", err)
 	}
-	x.ack = map[string]string{}
-}
-
-// waitAll waits for every queued checkpoint's outcome.
-func (x *run[H]) waitAll(ctx context.Context) error {
-	for x.inflight > 0 {
-		x.handle(<-x.results)
-	}
-	x.acknowledge(ctx)
-	return nil
-}
-
-// recover handles a failed checkpoint: abort the open one, wait until every
-// queued one is aborted, then read again from the committed positions. It
-// returns an error when Run must stop.
-func (x *run[H]) recover(ctx context.Context, cause error) error {
-	if x.open != nil {
-		s := x.open
-		x.open = nil
-		x.abort(ctx, s, cause)
-	}
-	if err := x.waitAll(ctx); err != nil {
-		return err
-	}
-	// A checkpoint in flight may have failed worse than cause (its
-	// decision unresolved): that one decides whether Run goes on.
-	cause = worse(cause, x.failed)
-	x.era++
-	x.failed = nil
-	if !errors.Is(cause, ErrAborted) || errors.Is(cause, ErrClosed) {
-		return cause
-	}
-	lost := errors.Is(cause, errLost)
-	if !lost {
-		x.aborts++
-	}
-	last, retry := cause, false
-	for {
-		if x.aborts >= x.r.opts.MaxAborts {
-			return fmt.Errorf("sink: %d aborts in a row (checkpoints, or reading the committed positions back after one); the last: %w", x.aborts, last)
-		}
-		if x.aborts > 0 && (!lost || retry) {
-			if err := x.pause(ctx); err != nil {
-				return err
-			}
-		}
-		err := x.rewind(ctx, cause)
-		if err == nil || ctx.Err() != nil || errors.Is(err, ErrFenced) || errors.Is(err, ErrClosed) {
-			return err
-		}
-		// The progress target (or the source) is down: this counts as
-		// one more abort in a row, and is tried again after the pause.
-		x.r.opts.Logger.Warn("sink: reading the committed positions back failed; trying again", "aborts", x.aborts+1, "err", err)
-		x.aborts++
-		last, retry = err, true
-	}
-}
-
-// pause waits AbortBackoff, doubled for each abort in a row after the
-// first, at most 10 s; it returns ctx's error if ctx ends first.
-func (x *run[H]) pause(ctx context.Context) error {
-	pause := x.r.opts.AbortBackoff << min(x.aborts-1, 16)
-	if pause > maxAbortBackoff || pause <= 0 {
-		pause = maxAbortBackoff
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(pause):
-		return nil
-	}
-}
-
-// maxAbortBackoff bounds one pause between aborts in a row.
-const maxAbortBackoff = 10 * time.Second
-
-// rewind reads the committed positions back (Owner.Rewind), drops the
-// partitions lost to another instance and seeks the source to the others
-// (Source.Seek). It returns ErrFenced if every partition was lost.
-func (x *run[H]) rewind(ctx context.Context, cause error) error {
-	parts := slices.Sorted(maps.Keys(x.owned))
-	positions, lost, err := x.r.o.Rewind(ctx, parts)
-	if err != nil {
-		return fmt.Errorf("sink: reading the committed positions after an abort (%w): %w", cause, err)
-	}
-	for _, p := range lost {
-		delete(x.owned, p)
-	}
-	if len(lost) > 0 {
-		x.r.opts.Logger.Warn("sink: partitions taken over by another instance", "partitions", lost)
-		if len(x.owned) == 0 {
-			return fmt.Errorf("%w (the last checkpoint: %v)", ErrFenced, cause)
-		}
-	}
-	for _, p := range lost {
-		delete(positions, p)
-	}
-	if err := x.src.Seek(ctx, positions); err != nil {
-		return fmt.Errorf("sink: seeking the source back to the committed positions after an abort (%w): %w", cause, err)
-	}
-	return nil
-}
-
-// finishAll pre-commits the open checkpoint and waits for every queued one
-// (partitions are about to be revoked).
-func (x *run[H]) finishAll(ctx context.Context) error {
-	var err error
-	if x.open != nil {
-		err = x.precommit(ctx)
-	}
-	if werr := x.waitAll(ctx); err == nil {
-		err = werr
-	}
-	if err == nil {
-		return x.failed
-	}
-	return worse(err, x.failed)
-}
-
-// worse returns the failure that decides whether Run goes on: f, one
-// collected from a checkpoint in flight, when it is worse than an abort
-// (its decision unresolved, the sink closed, anything but ErrAborted), and
-// cause otherwise. Carrying on past an unresolved decision would leave its
-// branches prepared and undecided behind the checkpoints that follow, and
-// read its records again while the decision may yet land.
-func worse(cause, f error) error {
-	if f != nil && f != cause && (cause == nil || !errors.Is(f, ErrAborted) || errors.Is(f, ErrClosed)) {
-		return f
-	}
-	return cause
 }
 
 // sweeper runs Owner.Sweep every SweepInterval on a goroutine of its own:
@@ -585,24 +446,46 @@ func (x *run[H]) shutdown(ctx context.Context) {
 		return
 	}
 	x.stopped = true
-	if x.open != nil {
-		s := x.open
-		x.open = nil
-		x.abort(ctx, s, context.Canceled)
-	}
-	close(x.queue)
+	ctx = context.WithoutCancel(ctx)
+	todo := x.step(evShutdown{})
 	timer := time.NewTimer(x.r.opts.DrainTimeout)
 	defer timer.Stop()
-	for x.inflight > 0 {
-		select {
-		case o := <-x.results:
-			x.handle(o)
-		case <-timer.C:
-			x.r.opts.Logger.Warn("sink: checkpoints still committing at shutdown; restore will finish them", "pending", x.inflight)
+	for len(todo) > 0 {
+		a := todo[0]
+		todo = todo[1:]
+		switch a.(type) {
+		case actWait:
+			select {
+			case acts := <-x.inbox:
+				todo = append(todo, acts...)
+			case <-timer.C:
+				todo = append(todo, x.step(evDrainTimeout{})...)
+			}
+		case actStopped:
 			return
+		default:
+			if ev := x.perform(ctx, a); ev != nil {
+				todo = append(todo, x.step(ev)...)
+			}
 		}
 	}
-	x.acknowledge(context.WithoutCancel(ctx))
+}
+
+// call performs a Handler's call. The machine takes one only while the
+// reader is idle, inside Poll (the Source contract); another is refused
+// with ErrConfig, and changes nothing.
+func (x *run[H]) call(ctx context.Context, ev event) error {
+	x.mu.Lock()
+	before := x.m.ignored
+	x.mu.Unlock()
+	x.do(ctx, ev) // a handler's flow never stops Run: it leaves that to the poll
+	x.mu.Lock()
+	ignored := x.m.ignored > before
+	x.mu.Unlock()
+	if ignored {
+		return fmt.Errorf("%w: the source called the handler (%T) outside Poll", ErrConfig, ev)
+	}
+	return nil
 }
 
 // handler receives the source's assignments.
@@ -612,32 +495,25 @@ var _ LostHandler = handler[int]{}
 
 // Assigned takes the partitions over (Owner.Take) and owns them.
 func (h handler[H]) Assigned(ctx context.Context, partitions []string) (map[string]string, error) {
-	pos, err := h.x.r.o.Take(ctx, partitions)
-	if err != nil {
+	x := h.x
+	x.taken, x.takeErr = nil, nil
+	if err := x.call(ctx, evAssigned{parts: partitions}); err != nil {
 		return nil, err
 	}
-	for _, p := range partitions {
-		h.x.owned[p] = true
+	if x.takeErr != nil {
+		return nil, x.takeErr
 	}
-	return pos, nil
+	return x.taken, nil
 }
 
 // Revoked finishes every checkpoint in flight (or aborts it), then
 // releases the partitions.
 func (h handler[H]) Revoked(ctx context.Context, partitions []string) error {
-	x := h.x
-	if err := x.finishAll(ctx); err != nil {
-		// Aborted: the partitions go at the committed positions; the
-		// others are read again after this Poll. (Unresolved: Run stops
-		// after this Poll.)
-		x.era++
-		x.failed = nil
-		x.interrupted = worse(x.interrupted, err)
+	h.x.released = nil
+	if err := h.x.call(ctx, evRevoked{parts: partitions}); err != nil {
+		return err
 	}
-	for _, p := range partitions {
-		delete(x.owned, p)
-	}
-	return x.r.o.Release(ctx, partitions)
+	return h.x.released
 }
 
 // Lost aborts every checkpoint in flight (their partitions may be another
@@ -645,24 +521,9 @@ func (h handler[H]) Revoked(ctx context.Context, partitions []string) error {
 // partitions; the other partitions are read again from their committed
 // positions after this Poll.
 func (h handler[H]) Lost(ctx context.Context, partitions []string) error {
-	x := h.x
-	x.abortBelow.Store(x.era + 1)
-	if x.open != nil {
-		s := x.open
-		x.open = nil
-		x.abort(ctx, s, fmt.Errorf("%w: partitions %v were lost", ErrTakenOver, partitions))
+	h.x.released = nil
+	if err := h.x.call(ctx, evLost{parts: partitions}); err != nil {
+		return err
 	}
-	x.waitAll(ctx)
-	failed := x.failed
-	x.era++
-	x.failed = nil
-	if x.interrupted == nil {
-		x.interrupted = &AbortError{Reason: fmt.Errorf("%w: %w: partitions %v", errLost, ErrTakenOver, partitions)}
-	}
-	// A checkpoint whose decision came back unresolved stops Run.
-	x.interrupted = worse(x.interrupted, failed)
-	for _, p := range partitions {
-		delete(x.owned, p)
-	}
-	return x.r.o.Release(ctx, partitions)
+	return h.x.released
 }

@@ -109,3 +109,36 @@ func (u *unresolvedBehindAbort) Commit(ctx context.Context, h uint64) error {
 	}
 	return u.fake.Commit(ctx, h)
 }
+
+// seekRevokingSource calls Revoked from within Seek: outside Poll, which
+// the Source contract forbids.
+type seekRevokingSource struct {
+	memSource
+	got error
+}
+
+func (s *seekRevokingSource) Seek(ctx context.Context, pos map[string]string) error {
+	if s.taken && s.got == nil {
+		s.got = s.h.Revoked(ctx, []string{"p0"})
+		if s.got == nil {
+			s.got = errors.New("accepted")
+		}
+	}
+	return s.memSource.Seek(ctx, pos)
+}
+
+// TestRunnerHandlerOutsidePoll: a Handler call made outside Poll (here
+// from Seek, while the Runner recovers from an abort) is refused with
+// ErrConfig and changes nothing: the run goes on, exactly once.
+func TestRunnerHandlerOutsidePoll(t *testing.T) {
+	f := newFake()
+	f.abortOnce[2] = true
+	src := &seekRevokingSource{memSource: memSource{k: 2, n: 50, batch: 3}}
+	if err := NewRunner[uint64](f, f, fastOpts()).Run(context.Background(), src); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(src.got, ErrConfig) {
+		t.Fatalf("Revoked from Seek returned %v, want ErrConfig", src.got)
+	}
+	f.exactlyOnce(t, 2, 50)
+}

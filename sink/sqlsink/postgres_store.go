@@ -333,25 +333,18 @@ func (s *pgStore) forget(ctx context.Context, sink string, age time.Duration, ke
 }
 
 func (s *pgStore) status(ctx context.Context, sink string) (Status, error) {
-	st := Status{Sink: sink}
-	rows, err := s.pool.Query(ctx, `SELECT "partition", position, epoch, owner, checkpoint, updated FROM xa_sink_progress
-		WHERE sink = $1 ORDER BY "partition"`, sink)
+	return readStatus(ctx, sink, s.query,
+		`SELECT "partition", position, epoch, owner, checkpoint, updated FROM xa_sink_progress WHERE sink = $1 ORDER BY "partition"`,
+		`SELECT incarnation, started, host, pid FROM xa_sink_instances WHERE sink = $1 ORDER BY incarnation`)
+}
+
+// query runs q for readStatus.
+func (s *pgStore) query(ctx context.Context, q string, args ...any) (rows, func(), error) {
+	rs, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
-		return st, err
+		return nil, nil, err
 	}
-	st.Partitions, err = scanPartitions(rows)
-	rows.Close()
-	if err != nil {
-		return st, err
-	}
-	rows, err = s.pool.Query(ctx, `SELECT incarnation, started, host, pid FROM xa_sink_instances WHERE sink = $1 ORDER BY incarnation`, sink)
-	if err != nil {
-		return st, err
-	}
-	defer rows.Close()
-	st.Instances, err = scanInstances(rows)
-	countOwned(&st)
-	return st, err
+	return rs, rs.Close, nil
 }
 
 func (s *pgStore) tableExists(ctx context.Context, name string) (bool, error) {

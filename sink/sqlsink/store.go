@@ -126,6 +126,36 @@ func withStore(ctx context.Context, c TargetConfig, f func(store) error) error {
 // bit 62).
 const maxSelfIncarnation = int64(externalBit)
 
+// querier runs a query of the store's dialect: its rows, and how to
+// close them.
+type querier func(ctx context.Context, q string, args ...any) (rows, func(), error)
+
+// readStatus reads a sink's progress rows (progressQ: partition,
+// position, epoch, owner, checkpoint, updated) and instance rows
+// (instancesQ: incarnation, started, host, pid), each a statement of the
+// dialect whose one parameter is the sink, and counts the partitions each
+// instance owns.
+func readStatus(ctx context.Context, sink string, q querier, progressQ, instancesQ string) (Status, error) {
+	st := Status{Sink: sink}
+	rs, done, err := q(ctx, progressQ, sink)
+	if err != nil {
+		return st, err
+	}
+	st.Partitions, err = scanPartitions(rs)
+	done()
+	if err != nil {
+		return st, err
+	}
+	rs, done, err = q(ctx, instancesQ, sink)
+	if err != nil {
+		return st, err
+	}
+	defer done()
+	st.Instances, err = scanInstances(rs)
+	countOwned(&st)
+	return st, err
+}
+
 func countOwned(s *Status) {
 	n := map[uint64]int{}
 	for _, p := range s.Partitions {

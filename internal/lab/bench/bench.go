@@ -437,7 +437,7 @@ func Compare(ctx context.Context, s *Setup, workers int, d time.Duration, rounds
 				return c, err
 			}
 			round = append(round, st)
-			if st.TPS > c.Best[i].TPS {
+			if r == 0 || st.TPS > c.Best[i].TPS {
 				c.Best[i] = st
 			}
 		}
