@@ -40,13 +40,14 @@ positions it reached (docs/sink.md).
   xactl sink setup NAME    create the sink's bookkeeping tables
   xactl sink run NAME      run an instance until interrupted
   xactl sink status NAME   positions, lag, instances, prepared branches
+  xactl sink dead-letters NAME   the bad records set aside (on_error: dead_letter)
 
 A sink's prepared branches (XIDs of format 0x78730001, xs1.<sink>.…) are
 resolved by its own restore, which every instance runs when it takes
 partitions and every 10 s: never by xactl recover. xactl list shows them as
 the sink's; xactl commit and rollback refuse them without --force.`,
 	}
-	cmd.AddCommand(newSinkSetup(g), newSinkRun(g), newSinkStatus(g))
+	cmd.AddCommand(newSinkSetup(g), newSinkRun(g), newSinkStatus(g), newSinkDeadLetters(g))
 	return cmd
 }
 
@@ -314,6 +315,15 @@ the configuration.`,
 			ctx := cmd.Context()
 			cfg := c.SinkConfig(sc)
 			cfg.Logger = logger
+			// A registry of this run's own (see recover --watch).
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			m := metrics.NewSink(reg, sc.Name)
+			tr := &tracker{started: time.Now()}
+			cfg.DeadLettersCommitted = func(n int) {
+				m.DeadLetters(n)
+				tr.deadLetters.Add(int64(n))
+			}
 			openCtx, cancel := context.WithTimeout(ctx, g.timeout)
 			s, err := sqlsink.Open(openCtx, cfg)
 			cancel()
@@ -332,10 +342,6 @@ the configuration.`,
 			}
 			defer ends.Close()
 
-			// A registry of this run's own (see recover --watch).
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			m := metrics.NewSink(reg, sc.Name)
 			if metricsAddr != "" {
 				ln, err := net.Listen("tcp", metricsAddr)
 				if err != nil {
@@ -347,7 +353,6 @@ the configuration.`,
 				defer srv.Shutdown(context.Background()) //nolint:errcheck
 				fmt.Fprintf(g.stderr, "metrics on http://%s/metrics\n", ln.Addr())
 			}
-			tr := &tracker{started: time.Now()}
 			opts := sc.RunOptions()
 			opts.Observer = observers{m, tr}
 			opts.Logger = logger
@@ -473,7 +478,10 @@ type tracker struct {
 	started   time.Time
 	committed atomic.Int64 // records
 	written   atomic.Int64
-	pending   atomic.Int64
+	// deadLetters counts the bad records committed to the dead-letter
+	// table (on_error: dead_letter).
+	deadLetters atomic.Int64
+	pending     atomic.Int64
 
 	mu                  sync.Mutex
 	checkpoints, aborts int
@@ -510,15 +518,17 @@ type sinkRunView struct {
 	Checkpoints      int    `json:"checkpoints"`
 	// LargestCheckpoint is the records of the largest checkpoint
 	// committed: at most checkpoint.records.
-	LargestCheckpoint int     `json:"largest_checkpoint"`
-	Aborted           int     `json:"aborted"`
-	Seconds           float64 `json:"seconds"`
+	LargestCheckpoint int `json:"largest_checkpoint"`
+	Aborted           int `json:"aborted"`
+	// DeadLetters: bad records set aside in the dead-letter table.
+	DeadLetters int64   `json:"dead_letters"`
+	Seconds     float64 `json:"seconds"`
 }
 
 func (t *tracker) view(name string) sinkRunView {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return sinkRunView{Sink: name, RecordsCommitted: t.committed.Load(), Checkpoints: t.checkpoints, LargestCheckpoint: t.largest, Aborted: t.aborts,
+	return sinkRunView{Sink: name, RecordsCommitted: t.committed.Load(), Checkpoints: t.checkpoints, LargestCheckpoint: t.largest, Aborted: t.aborts, DeadLetters: t.deadLetters.Load(),
 		Seconds: time.Since(t.started).Seconds()}
 }
 
@@ -530,6 +540,9 @@ func (t *tracker) done() string {
 		fmt.Sprint(t.aborts), time.Since(t.started).Round(time.Millisecond))
 	if t.checkpoints > 0 {
 		s += fmt.Sprintf(", the largest checkpoint %s", plural(t.largest, "record"))
+	}
+	if n := t.deadLetters.Load(); n > 0 {
+		s += fmt.Sprintf("; %s set aside in the dead-letter table", plural(int(n), "bad record"))
 	}
 	return s
 }

@@ -156,3 +156,52 @@ func TestSinkKafkaBacklog(t *testing.T) {
 			v.Checkpoints, v.LargestCheckpoint, backlog/perCheckpoint, perCheckpoint)
 	}
 }
+
+// TestSinkDeadLetters: xactl sink run with on_error: dead_letter over a
+// file with a bad line between good ones (issue 18, item 2): it exits 0,
+// the good lines land in both databases, the bad one is in the
+// dead-letter table once, and sink run -o json, sink status and sink
+// dead-letters count it.
+func TestSinkDeadLetters(t *testing.T) {
+	e := newSinkEnv(t)
+	path := e.dir + "/events.ndjson"
+	if err := os.WriteFile(path, []byte(`{"id": 1, "seq": 1}`+"\n"+`{"id": "one", "seq": 2`+"\n"+`{"id": 3, "seq": 3}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.sinkConfig("dl.yaml", "kind: file\npaths: ["+strconv.Quote(path)+"]", "    on_error: dead_letter\n")
+	e.runWith(cfg, "sink", "setup", e.name).want(t, 0)
+	r := e.runWith(cfg, "sink", "run", e.name, "--progress-every", "0", "-o", "json").want(t, 0)
+	var v struct {
+		RecordsCommitted int64 `json:"records_committed"`
+		DeadLetters      int64 `json:"dead_letters"`
+	}
+	r.json(t, &v)
+	if v.RecordsCommitted != 3 || v.DeadLetters != 1 {
+		t.Errorf("sink run: %s; want 3 records committed, 1 of them a dead letter", r)
+	}
+	r.stderrHas(t, "1 bad record set aside in the dead-letter table")
+	e.wantRowsOnce(2)
+	r = e.runWith(cfg, "sink", "dead-letters", e.name, "-o", "json").want(t, 0)
+	var dl struct {
+		DeadLetters []struct {
+			Partition string `json:"partition"`
+			Position  string `json:"position"`
+			Value     []byte `json:"value"`
+			Error     string `json:"error"`
+		} `json:"dead_letters"`
+	}
+	r.json(t, &dl)
+	if len(dl.DeadLetters) != 1 || dl.DeadLetters[0].Partition != path || dl.DeadLetters[0].Position != "43" ||
+		string(dl.DeadLetters[0].Value) != `{"id": "one", "seq": 2` || !strings.Contains(dl.DeadLetters[0].Error, "not JSON") {
+		t.Errorf("sink dead-letters: %s; want the bad line once, at position 43, not JSON", r)
+	}
+	t.Logf("sink dead-letters:\n%s", e.runWith(cfg, "sink", "dead-letters", e.name).want(t, 0).stdout)
+	r = e.runWith(cfg, "sink", "status", e.name, "-o", "json").want(t, 0)
+	var st struct {
+		DeadLetters *int `json:"dead_letters"`
+	}
+	r.json(t, &st)
+	if st.DeadLetters == nil || *st.DeadLetters != 1 {
+		t.Errorf("sink status: %s; want dead_letters 1", r)
+	}
+}

@@ -37,6 +37,16 @@ type Sink struct {
 	// another live instance once it is this old; default 30s, at least a
 	// few checkpoint intervals.
 	RestoreGrace Duration `yaml:"restore_grace"`
+	// OnError says what a bad record does: stop (default: its checkpoint
+	// aborts, and the run stops after the aborts in a row) or
+	// dead_letter (it goes to the dead-letter table in the progress
+	// target, in the same checkpoint, and the others land); see
+	// docs/sink.md, "Bad records".
+	OnError string `yaml:"on_error"`
+	// MaxDeadLetters bounds the bad records of one checkpoint with
+	// on_error: dead_letter (default 100): more is a systematic failure,
+	// and the checkpoint aborts.
+	MaxDeadLetters int `yaml:"max_dead_letters"`
 }
 
 // Source kinds of a sink.
@@ -171,6 +181,13 @@ func (s *Sink) sinkDefaults() {
 	if s.RestoreGrace == 0 {
 		s.RestoreGrace = Duration(DefaultRestoreGrace)
 	}
+	s.OnError = strings.ToLower(s.OnError)
+	if s.OnError == "" {
+		s.OnError = string(sqlsink.OnErrorStop)
+	}
+	if s.MaxDeadLetters == 0 {
+		s.MaxDeadLetters = sqlsink.DefaultMaxDeadLetters
+	}
 }
 
 // validateSinks checks the sinks: names, sources, targets against the
@@ -219,6 +236,14 @@ func (c *Config) validateSinks() []error {
 		}
 		if s.RestoreGrace < 0 {
 			errs = append(errs, fmt.Errorf("%s: restore_grace must not be negative", where))
+		}
+		switch sqlsink.OnError(s.OnError) {
+		case "", sqlsink.OnErrorStop, sqlsink.OnErrorDeadLetter:
+		default:
+			errs = append(errs, fmt.Errorf("%s: on_error %q: want stop or dead_letter", where, s.OnError))
+		}
+		if s.MaxDeadLetters < 0 {
+			errs = append(errs, fmt.Errorf("%s: max_dead_letters must not be negative", where))
 		}
 	}
 	return errs
@@ -513,7 +538,7 @@ func (s Sink) SinkTables() []sqlsink.Table {
 // tables' column mappings).
 func (c *Config) SinkConfig(s Sink) sqlsink.Config {
 	return sqlsink.Config{Name: s.Name, Targets: c.SinkTargets(s), Progress: s.Progress, Tables: s.SinkTables(),
-		RestoreGrace: time.Duration(s.RestoreGrace)}
+		RestoreGrace: time.Duration(s.RestoreGrace), OnError: sqlsink.OnError(s.OnError), MaxDeadLetters: s.MaxDeadLetters}
 }
 
 // RunOptions returns the checkpoint settings of s as sink.RunOptions.

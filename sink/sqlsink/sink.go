@@ -53,6 +53,16 @@ type Config struct {
 	PID  int
 	// Logger receives warnings; nil: none.
 	Logger *slog.Logger
+	// OnError says what a bad record does: OnErrorStop (default) or
+	// OnErrorDeadLetter (see there; docs/sink.md, "Bad records").
+	OnError OnError
+	// MaxDeadLetters bounds the bad records of one checkpoint with
+	// OnErrorDeadLetter (default DefaultMaxDeadLetters): beyond it the
+	// checkpoint aborts with ErrTooManyDeadLetters.
+	MaxDeadLetters int
+	// DeadLettersCommitted, if set, is told how many dead letters a
+	// checkpoint committed (metrics count them).
+	DeadLettersCommitted func(n int)
 }
 
 // Sink is an open SQL sink: its targets, tables and mapping. Run drives it
@@ -152,6 +162,23 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 	}
 	if len(cfg.Tables) == 0 {
 		return nil, fmt.Errorf("%w: sink %s has no tables", sink.ErrConfig, cfg.Name)
+	}
+	switch cfg.OnError {
+	case "":
+		s.cfg.OnError = OnErrorStop
+	case OnErrorStop:
+	case OnErrorDeadLetter:
+		// The dead letters go to the progress target, in the checkpoint's
+		// branch there: exactly once, like any row.
+		s.tables[deadTableID] = &table{Table: Table{ID: deadTableID, Target: cfg.Progress, Name: DeadLetterTable, Columns: deadColumns}}
+	default:
+		return nil, fmt.Errorf("%w: OnError %q: want %q or %q", sink.ErrConfig, cfg.OnError, OnErrorStop, OnErrorDeadLetter)
+	}
+	if cfg.MaxDeadLetters < 0 {
+		return nil, fmt.Errorf("%w: MaxDeadLetters must not be negative", sink.ErrConfig)
+	}
+	if cfg.MaxDeadLetters == 0 {
+		s.cfg.MaxDeadLetters = DefaultMaxDeadLetters
 	}
 	s.mapFn = cfg.Map
 	if s.mapFn == nil {
