@@ -146,3 +146,36 @@ func TestRequiredColumn(t *testing.T) {
 		t.Errorf("without required: %d rows, %d NULL regions; want 2 and 1", n, nulls)
 	}
 }
+
+// TestPostgresEncodeError: a value pgx cannot encode for its column
+// ("abc" for a bigint, written by COPY) is reported as an *EncodeError
+// naming the table and pgx's reason (issue 18, item 2), not as the
+// SQLSTATE 57014 (query canceled) the server answers pgx's CopyFail with.
+func TestPostgresEncodeError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testCtx(t)
+	if err := e.pg.Server.Exec(ctx, e.pg.Name, "CREATE TABLE typed (id bigint NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "typed.ndjson")
+	if err := os.WriteFile(path, []byte(`{"id": "abc"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.Tables = []sqlsink.Table{{ID: "pg", Target: tgPg, Name: "typed", Columns: []sqlsink.Column{{Name: "id", From: "$.id"}}}}
+	src, err := filesource.New(filesource.Config{Files: []string{path}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	s := e.open()
+	defer s.Close()
+	opts := runOpts()
+	opts.MaxAborts = 1
+	err = s.Run(ctx, src, opts)
+	var ee *sqlsink.EncodeError
+	if !errors.As(err, &ee) || strings.Contains(err.Error(), "57014") {
+		t.Fatalf("Run: %v; want an *EncodeError, not SQLSTATE 57014", err)
+	}
+	t.Logf("refused: %v", err)
+}
