@@ -48,9 +48,15 @@ func openSource(sc config.Sink, logger *slog.Logger) (sink.Source, error) {
 			Logf:           func(format string, args ...any) { logger.Debug(fmt.Sprintf(format, args...)) },
 		})
 	case config.SourceGenerator:
-		return gensource.New(genConfig(src)), nil
+		// Limitable: the sink bounds every poll by the room left in its
+		// open checkpoint, as for Kafka.
+		return gensource.New(genConfig(src)).Limitable(), nil
 	case config.SourceFile:
-		return filesource.New(filesource.Config{Files: src.Paths})
+		fs, err := filesource.New(filesource.Config{Files: src.Paths})
+		if err != nil {
+			return nil, err
+		}
+		return fs.Limitable(), nil
 	}
 	return nil, fmt.Errorf("sink %s: source kind %q", sc.Name, src.Kind) // config.Validate refuses it
 }

@@ -66,11 +66,21 @@ type Source struct {
 
 var _ sink.Source = (*Source)(nil)
 
-var _ sink.PollLimiter = (*Source)(nil)
+// Limitable returns the source as a sink.PollLimiter: the sink then
+// bounds each Poll, below Batch, by the room left in its open checkpoint,
+// so that no checkpoint holds more than its CheckpointRecords (xactl
+// builds its sources so). The Source itself is not one: its Polls return
+// Batch records whatever the checkpoint holds.
+func (s *Source) Limitable() sink.Source { return limitable{s} }
+
+// limitable is a Source that is a sink.PollLimiter.
+type limitable struct{ *Source }
+
+var _ sink.PollLimiter = limitable{}
 
 // LimitPoll bounds the records of the following Polls to n, below Batch
 // (n <= 0: Batch alone); see sink.PollLimiter.
-func (s *Source) LimitPoll(n int) { s.limit = max(n, 0) }
+func (l limitable) LimitPoll(n int) { l.limit = max(n, 0) }
 
 // New returns a Source of cfg.
 func New(cfg Config) *Source {
