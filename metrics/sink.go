@@ -28,6 +28,7 @@ type Sink struct {
 	pending     prometheus.Gauge
 	lastCommit  prometheus.Gauge
 	lag         *prometheus.GaugeVec
+	deadLetters prometheus.Counter
 }
 
 var _ sink.Observer = (*Sink)(nil)
@@ -73,10 +74,18 @@ func NewSink(reg prometheus.Registerer, name string) *Sink {
 			Name: "xa_sink_lag_records", ConstLabels: cl,
 			Help: "Records of a partition not yet committed: the source's end (Kafka: the high watermark) minus the position in the progress table.",
 		}, []string{"partition"}),
+		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xa_sink_dead_letters_total", ConstLabels: cl,
+			Help: "Bad records written to the dead-letter table by committed checkpoints (on_error: dead_letter).",
+		}),
 	}
-	reg.MustRegister(m.written, m.committed, m.checkpoints, m.phase, m.pending, m.lastCommit, m.lag)
+	reg.MustRegister(m.written, m.committed, m.checkpoints, m.phase, m.pending, m.lastCommit, m.lag, m.deadLetters)
 	return m
 }
+
+// DeadLetters counts n bad records written to the dead-letter table by a
+// committed checkpoint (sqlsink.Config.DeadLettersCommitted).
+func (m *Sink) DeadLetters(n int) { m.deadLetters.Add(float64(n)) }
 
 // RecordsWritten implements sink.Observer.
 func (m *Sink) RecordsWritten(n int) { m.written.Add(float64(n)) }

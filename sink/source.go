@@ -80,3 +80,15 @@ type Handler interface {
 type LostHandler interface {
 	Lost(ctx context.Context, partitions []string) error
 }
+
+// PollLimiter is implemented by a Source whose Poll can be told to return
+// fewer records: after LimitPoll(n), with n > 0, no Poll returns more than
+// n records until the limit changes (0: no limit but the source's own).
+// The Runner's records bound (BoundPolls) uses it, so that a checkpoint
+// never holds more than RunOptions.CheckpointRecords records, nor the
+// instance more in memory, whatever backlog the source has buffered. A
+// Source without it returns what it returns, and a checkpoint may then
+// pass CheckpointRecords by one Poll's records.
+type PollLimiter interface {
+	LimitPoll(n int)
+}

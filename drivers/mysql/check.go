@@ -117,6 +117,12 @@ func (rm *RM) Check(ctx context.Context) ([]xa.Finding, error) {
 		}
 	}
 
+	var mode string
+	if err := rm.db.QueryRowContext(ctx, "SELECT @@GLOBAL.sql_mode").Scan(&mode); err != nil {
+		return fail(err)
+	}
+	fs = append(fs, sqlModeFinding(mode))
+
 	if logBin == 1 {
 		if syncBinlog == 1 {
 			add("log_bin", "ON, sync_binlog=1", xa.SeverityOK, "")
@@ -174,4 +180,27 @@ func versionFinding(si serverInfo) xa.Finding {
 		f.Fix = "MySQL before 8.0 is not supported (before 5.7.7 a prepared XA branch does not survive a disconnect): upgrade to MySQL 8.0 or later"
 	}
 	return f
+}
+
+// sqlModeFinding grades the server's global sql_mode: without
+// STRICT_TRANS_TABLES or STRICT_ALL_TABLES a value a column cannot hold is
+// changed, not refused ("abc" into INT is stored as 0, 50 characters into
+// VARCHAR(10) as the first 10), and the statement succeeds with a warning
+// that applications rarely read. A warning, not a failure: two-phase
+// commit does not depend on it, and the exactly-once sink sets strict
+// mode on its own sessions (docs/sink.md).
+func sqlModeFinding(mode string) xa.Finding {
+	for m := range strings.SplitSeq(strings.ToUpper(mode), ",") {
+		if m == "STRICT_TRANS_TABLES" || m == "STRICT_ALL_TABLES" {
+			return xa.Finding{Name: "sql_mode", Value: mode, Severity: xa.SeverityOK}
+		}
+	}
+	shown := mode
+	if shown == "" {
+		shown = "(empty)"
+	}
+	return xa.Finding{Name: "sql_mode", Value: shown + " (not strict)", Severity: xa.SeverityWarn,
+		Fix: "a value a column cannot hold is changed instead of refused (text into an integer column stored as 0, a long string cut to the column's length): " +
+			"SET GLOBAL sql_mode = CONCAT_WS(',', NULLIF(@@GLOBAL.sql_mode, ''), 'STRICT_TRANS_TABLES') (and in the server config). " +
+			"The exactly-once sink's sessions add STRICT_ALL_TABLES themselves; other clients do not"}
 }

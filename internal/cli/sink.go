@@ -35,13 +35,14 @@ positions it reached (docs/sink.md).
   xactl sink setup NAME    create the sink's bookkeeping tables
   xactl sink run NAME      run an instance until interrupted
   xactl sink status NAME   positions, lag, instances, prepared branches
+  xactl sink dead-letters NAME   the bad records set aside (on_error: dead_letter)
 
 A sink's prepared branches (XIDs of format 0x78730001, xs1.<sink>.…) are
 resolved by its own restore, which every instance runs when it takes
 partitions and every 10 s: never by xactl recover. xactl list shows them as
 the sink's; xactl commit and rollback refuse them without --force.`,
 	}
-	cmd.AddCommand(newSinkSetup(g), newSinkRun(g), newSinkStatus(g))
+	cmd.AddCommand(newSinkSetup(g), newSinkRun(g), newSinkStatus(g), newSinkDeadLetters(g))
 	return cmd
 }
 
@@ -309,6 +310,14 @@ the configuration.`,
 			ctx := cmd.Context()
 			cfg := c.SinkConfig(sc)
 			cfg.Logger = logger
+			// A registry of this run's own (see recover --watch).
+			reg := metricsRegistry()
+			m := metrics.NewSink(reg, sc.Name)
+			tr := &tracker{started: time.Now()}
+			cfg.DeadLettersCommitted = func(n int) {
+				m.DeadLetters(n)
+				tr.deadLetters.Add(int64(n))
+			}
 			openCtx, cancel := context.WithTimeout(ctx, g.timeout)
 			s, err := sqlsink.Open(openCtx, cfg)
 			cancel()
@@ -327,15 +336,12 @@ the configuration.`,
 			}
 			defer ends.Close()
 
-			reg := metricsRegistry()
-			m := metrics.NewSink(reg, sc.Name)
 			stopMetrics, err := g.serveMetrics(metricsAddr, reg)
 			if err != nil {
 				src.Close()
 				return err
 			}
 			defer stopMetrics()
-			tr := &tracker{started: time.Now()}
 			opts := sc.RunOptions()
 			opts.Observer = observers{m, tr}
 			opts.Logger = logger
@@ -461,10 +467,14 @@ type tracker struct {
 	started   time.Time
 	committed atomic.Int64 // records
 	written   atomic.Int64
-	pending   atomic.Int64
+	// deadLetters counts the bad records committed to the dead-letter
+	// table (on_error: dead_letter).
+	deadLetters atomic.Int64
+	pending     atomic.Int64
 
 	mu                  sync.Mutex
 	checkpoints, aborts int
+	largest             int                  // records of the largest committed checkpoint
 	last                sink.CheckpointStats // the last committed
 	lastAt              time.Time
 	lastAbort           error
@@ -483,6 +493,7 @@ func (t *tracker) CheckpointDone(c sink.CheckpointStats) {
 	}
 	t.committed.Add(int64(c.Records))
 	t.checkpoints++
+	t.largest = max(t.largest, c.Records)
 	t.last, t.lastAt = c, time.Now()
 }
 
@@ -490,18 +501,23 @@ func (t *tracker) CheckpointDone(c sink.CheckpointStats) {
 type sinkRunView struct {
 	Sink string `json:"sink"`
 	// Ended: interrupted, source ended, or error.
-	Ended            string  `json:"ended"`
-	Error            string  `json:"error,omitempty"`
-	RecordsCommitted int64   `json:"records_committed"`
-	Checkpoints      int     `json:"checkpoints"`
-	Aborted          int     `json:"aborted"`
-	Seconds          float64 `json:"seconds"`
+	Ended            string `json:"ended"`
+	Error            string `json:"error,omitempty"`
+	RecordsCommitted int64  `json:"records_committed"`
+	Checkpoints      int    `json:"checkpoints"`
+	// LargestCheckpoint is the records of the largest checkpoint
+	// committed: at most checkpoint.records.
+	LargestCheckpoint int `json:"largest_checkpoint"`
+	Aborted           int `json:"aborted"`
+	// DeadLetters: bad records set aside in the dead-letter table.
+	DeadLetters int64   `json:"dead_letters"`
+	Seconds     float64 `json:"seconds"`
 }
 
 func (t *tracker) view(name string) sinkRunView {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return sinkRunView{Sink: name, RecordsCommitted: t.committed.Load(), Checkpoints: t.checkpoints, Aborted: t.aborts,
+	return sinkRunView{Sink: name, RecordsCommitted: t.committed.Load(), Checkpoints: t.checkpoints, LargestCheckpoint: t.largest, Aborted: t.aborts, DeadLetters: t.deadLetters.Load(),
 		Seconds: time.Since(t.started).Seconds()}
 }
 
@@ -509,8 +525,15 @@ func (t *tracker) view(name string) sinkRunView {
 func (t *tracker) done() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return fmt.Sprintf("%s committed in %s (%s aborted) in %s", plural(int(t.committed.Load()), "record"), plural(t.checkpoints, "checkpoint"),
+	s := fmt.Sprintf("%s committed in %s (%s aborted) in %s", plural(int(t.committed.Load()), "record"), plural(t.checkpoints, "checkpoint"),
 		fmt.Sprint(t.aborts), time.Since(t.started).Round(time.Millisecond))
+	if t.checkpoints > 0 {
+		s += fmt.Sprintf(", the largest checkpoint %s", plural(t.largest, "record"))
+	}
+	if n := t.deadLetters.Load(); n > 0 {
+		s += fmt.Sprintf("; %s set aside in the dead-letter table", plural(int(n), "bad record"))
+	}
+	return s
 }
 
 // reporter writes the progress lines of sink run.

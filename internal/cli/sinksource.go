@@ -38,13 +38,25 @@ func openSource(sc config.Sink, logger *slog.Logger) (sink.Source, error) {
 		return kafkasource.New(kafkasource.Config{
 			Brokers: src.Brokers, Group: src.Group, Topics: src.Topics, Start: start,
 			SessionTimeout: time.Duration(src.SessionTimeout),
+			// No poll returns more than a checkpoint holds: the sink
+			// lowers it further before every poll to the room left in
+			// its open checkpoint (sink.BoundPolls), so a checkpoint
+			// holds at most checkpoint.records records, and the instance
+			// that many in memory, whatever the backlog.
+			MaxPollRecords: sc.Checkpoint.Records,
 			ClientID:       "xactl-sink-" + sc.Name,
 			Logf:           func(format string, args ...any) { logger.Debug(fmt.Sprintf(format, args...)) },
 		})
 	case config.SourceGenerator:
-		return gensource.New(genConfig(src)), nil
+		// Limitable: the sink bounds every poll by the room left in its
+		// open checkpoint, as for Kafka.
+		return gensource.New(genConfig(src)).Limitable(), nil
 	case config.SourceFile:
-		return filesource.New(filesource.Config{Files: src.Paths})
+		fs, err := filesource.New(filesource.Config{Files: src.Paths})
+		if err != nil {
+			return nil, err
+		}
+		return fs.Limitable(), nil
 	}
 	return nil, fmt.Errorf("sink %s: source kind %q", sc.Name, src.Kind) // config.Validate refuses it
 }

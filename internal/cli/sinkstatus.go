@@ -161,7 +161,10 @@ type sinkStatusView struct {
 	// ("name (database)"): their prepared branches are neither listed nor
 	// resolved (exit code 3).
 	Removed []string `json:"removed"`
-	Errors  []string `json:"errors"`
+	// DeadLetters counts the bad records in the dead-letter table (nil:
+	// it could not be read, e.g. not set up yet).
+	DeadLetters *int     `json:"dead_letters"`
+	Errors      []string `json:"errors"`
 }
 
 func newSinkStatus(g *globals) *cobra.Command {
@@ -252,6 +255,10 @@ func readSinkStatus(ctx context.Context, c *config.Config, sc config.Sink, g *gl
 		if err != nil {
 			return v, fmt.Errorf("sink %s: reading its progress table in %s: %w%s", sc.Name, sc.Progress, err, setupHint(err, sc.Name))
 		}
+	}
+	if dl, err := sqlsink.ReadDeadLetters(ctx, c.ProgressTarget(sc), sc.Name, 0); err == nil {
+		n := len(dl)
+		v.DeadLetters = &n
 	}
 	// The source's ends.
 	endsByPart := map[string]partitionEnd{}
@@ -431,6 +438,9 @@ func (v sinkStatusView) print(w io.Writer) {
 			fmt.Fprintf(w, "%s that the sink's restore will not resolve by itself: only the external member's own Restore (or Commit of its handle) does.\n",
 				plural(v.Stuck, "branch"))
 		}
+	}
+	if v.DeadLetters != nil && *v.DeadLetters > 0 {
+		fmt.Fprintf(w, "\n%s in the dead-letter table (xactl sink dead-letters %s).\n", plural(*v.DeadLetters, "bad record"), v.Sink)
 	}
 }
 

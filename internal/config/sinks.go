@@ -37,6 +37,16 @@ type Sink struct {
 	// another live instance once it is this old; default 30s, at least a
 	// few checkpoint intervals.
 	RestoreGrace Duration `yaml:"restore_grace"`
+	// OnError says what a bad record does: stop (default: its checkpoint
+	// aborts, and the run stops after the aborts in a row) or
+	// dead_letter (it goes to the dead-letter table in the progress
+	// target, in the same checkpoint, and the others land); see
+	// docs/sink.md, "Bad records".
+	OnError string `yaml:"on_error"`
+	// MaxDeadLetters bounds the bad records of one checkpoint with
+	// on_error: dead_letter (default 100): more is a systematic failure,
+	// and the checkpoint aborts.
+	MaxDeadLetters int `yaml:"max_dead_letters"`
 }
 
 // Source kinds of a sink.
@@ -106,6 +116,10 @@ type SinkTable struct {
 	Mode string `yaml:"mode"`
 	// Key lists the columns of the unique key an upsert matches on.
 	Key []string `yaml:"key"`
+	// Required lists columns whose JSON path must be in every record's
+	// value: a record without it is a bad record, not a NULL (a misspelt
+	// path, $.meta.regoin, would otherwise land NULL in every row).
+	Required []string `yaml:"required"`
 }
 
 // Table modes.
@@ -167,6 +181,13 @@ func (s *Sink) sinkDefaults() {
 	if s.RestoreGrace == 0 {
 		s.RestoreGrace = Duration(DefaultRestoreGrace)
 	}
+	s.OnError = strings.ToLower(s.OnError)
+	if s.OnError == "" {
+		s.OnError = string(sqlsink.OnErrorStop)
+	}
+	if s.MaxDeadLetters == 0 {
+		s.MaxDeadLetters = sqlsink.DefaultMaxDeadLetters
+	}
 }
 
 // validateSinks checks the sinks: names, sources, targets against the
@@ -215,6 +236,14 @@ func (c *Config) validateSinks() []error {
 		}
 		if s.RestoreGrace < 0 {
 			errs = append(errs, fmt.Errorf("%s: restore_grace must not be negative", where))
+		}
+		switch sqlsink.OnError(s.OnError) {
+		case "", sqlsink.OnErrorStop, sqlsink.OnErrorDeadLetter:
+		default:
+			errs = append(errs, fmt.Errorf("%s: on_error %q: want stop or dead_letter", where, s.OnError))
+		}
+		if s.MaxDeadLetters < 0 {
+			errs = append(errs, fmt.Errorf("%s: max_dead_letters must not be negative", where))
 		}
 	}
 	return errs
@@ -414,6 +443,18 @@ func validateSinkTables(where string, s Sink) []error {
 		if len(t.Key) != len(uniq(t.Key)) {
 			bad("key: a column twice")
 		}
+		for _, r := range t.Required {
+			from, ok := t.Columns[r]
+			switch {
+			case !ok:
+				bad("required column %q is not among its columns", r)
+			case !strings.HasPrefix(from, "$") || from == "$":
+				bad("required column %q takes %q: required is for a JSON path ($.field)", r, from)
+			}
+		}
+		if len(t.Required) != len(uniq(t.Required)) {
+			bad("required: a column twice")
+		}
 	}
 	return errs
 }
@@ -488,7 +529,7 @@ func (s Sink) SinkTables() []sqlsink.Table {
 	var out []sqlsink.Table
 	for _, t := range s.Tables {
 		out = append(out, sqlsink.Table{ID: t.Target + "/" + t.Name, Target: t.Target, Name: t.Name,
-			Columns: sqlsink.ColumnsFromMap(t.Columns), Upsert: t.Mode == ModeUpsert, Key: slices.Clone(t.Key)})
+			Columns: sqlsink.ColumnsFromMap(t.Columns), Upsert: t.Mode == ModeUpsert, Key: slices.Clone(t.Key), Required: slices.Clone(t.Required)})
 	}
 	return out
 }
@@ -497,7 +538,7 @@ func (s Sink) SinkTables() []sqlsink.Table {
 // tables' column mappings).
 func (c *Config) SinkConfig(s Sink) sqlsink.Config {
 	return sqlsink.Config{Name: s.Name, Targets: c.SinkTargets(s), Progress: s.Progress, Tables: s.SinkTables(),
-		RestoreGrace: time.Duration(s.RestoreGrace)}
+		RestoreGrace: time.Duration(s.RestoreGrace), OnError: sqlsink.OnError(s.OnError), MaxDeadLetters: s.MaxDeadLetters}
 }
 
 // RunOptions returns the checkpoint settings of s as sink.RunOptions.

@@ -42,6 +42,7 @@ type Source struct {
 	parts     []*part
 	rr        int
 	committed map[string]string
+	limit     int // LimitPoll's; 0: none
 }
 
 type part struct {
@@ -56,6 +57,22 @@ type part struct {
 }
 
 var _ sink.Source = (*Source)(nil)
+
+// Limitable returns the source as a sink.PollLimiter: the sink then
+// bounds each Poll, below Batch, by the room left in its open checkpoint,
+// so that no checkpoint holds more than its CheckpointRecords (xactl
+// builds its sources so). The Source itself is not one: its Polls return
+// Batch records whatever the checkpoint holds.
+func (s *Source) Limitable() sink.Source { return limitable{s} }
+
+// limitable is a Source that is a sink.PollLimiter.
+type limitable struct{ *Source }
+
+var _ sink.PollLimiter = limitable{}
+
+// LimitPoll bounds the records of the following Polls to n, below Batch
+// (n <= 0: Batch alone); see sink.PollLimiter.
+func (l limitable) LimitPoll(n int) { l.limit = max(n, 0) }
 
 // New returns a Source of cfg.
 func New(cfg Config) (*Source, error) {
@@ -105,10 +122,14 @@ func (s *Source) Poll(ctx context.Context) ([]sink.Record, error) {
 		}
 	}
 	var out []sink.Record
-	per := max(1, s.cfg.Batch/len(s.parts))
-	for i := 0; i < len(s.parts) && len(out) < s.cfg.Batch; i++ {
+	batch := s.cfg.Batch
+	if s.limit > 0 {
+		batch = min(batch, s.limit)
+	}
+	per := max(1, batch/len(s.parts))
+	for i := 0; i < len(s.parts) && len(out) < batch; i++ {
 		p := s.parts[(s.rr+i)%len(s.parts)]
-		for n := 0; n < per && len(out) < s.cfg.Batch && !p.eof; n++ {
+		for n := 0; n < per && len(out) < batch && !p.eof; n++ {
 			rec, ok, err := s.next(p)
 			if err != nil {
 				return out, err

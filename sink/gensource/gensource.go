@@ -61,9 +61,26 @@ type Source struct {
 	rr        int   // round-robin start
 	committed map[string]string
 	payload   string
+	limit     int // LimitPoll's; 0: none
 }
 
 var _ sink.Source = (*Source)(nil)
+
+// Limitable returns the source as a sink.PollLimiter: the sink then
+// bounds each Poll, below Batch, by the room left in its open checkpoint,
+// so that no checkpoint holds more than its CheckpointRecords (xactl
+// builds its sources so). The Source itself is not one: its Polls return
+// Batch records whatever the checkpoint holds.
+func (s *Source) Limitable() sink.Source { return limitable{s} }
+
+// limitable is a Source that is a sink.PollLimiter.
+type limitable struct{ *Source }
+
+var _ sink.PollLimiter = limitable{}
+
+// LimitPoll bounds the records of the following Polls to n, below Batch
+// (n <= 0: Batch alone); see sink.PollLimiter.
+func (l limitable) LimitPoll(n int) { l.limit = max(n, 0) }
 
 // New returns a Source of cfg.
 func New(cfg Config) *Source {
@@ -129,11 +146,15 @@ func (s *Source) Poll(ctx context.Context) ([]sink.Record, error) {
 			return nil, err
 		}
 	}
-	per := max(1, s.cfg.Batch/s.cfg.Partitions)
+	batch := s.cfg.Batch
+	if s.limit > 0 {
+		batch = min(batch, s.limit)
+	}
+	per := max(1, batch/s.cfg.Partitions)
 	var out []sink.Record
-	for i := 0; i < s.cfg.Partitions && len(out) < s.cfg.Batch; i++ {
+	for i := 0; i < s.cfg.Partitions && len(out) < batch; i++ {
 		p := (s.rr + i) % s.cfg.Partitions
-		end := min(s.cfg.Len(p), s.next[p]+per, s.next[p]+s.cfg.Batch-len(out))
+		end := min(s.cfg.Len(p), s.next[p]+per, s.next[p]+batch-len(out))
 		for seq := s.next[p]; seq < end; seq++ {
 			out = append(out, s.cfg.record(p, seq, s.payload))
 		}

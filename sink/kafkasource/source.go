@@ -223,6 +223,8 @@ type Source struct {
 	// pending is an error for the next Poll to return.
 	pending error
 	stats   Stats
+	// limit is LimitPoll's: 0 none.
+	limit int
 }
 
 var _ sink.Source = (*Source)(nil)
@@ -338,6 +340,10 @@ func (s *Source) Poll(ctx context.Context) ([]sink.Record, error) {
 	}
 	s.polling = true
 	cl := s.cl
+	maxRecords := s.cfg.MaxPollRecords
+	if s.limit > 0 && (maxRecords == 0 || s.limit < maxRecords) {
+		maxRecords = s.limit
+	}
 	member, _ := cl.GroupMetadata()
 	var retry []string
 	for name, st := range s.owned {
@@ -366,7 +372,7 @@ func (s *Source) Poll(ctx context.Context) ([]sink.Record, error) {
 	// Let the handler run, then let kgo's held rebalance steps run.
 	s.gate.Unlock()
 	cl.AllowRebalance()
-	fetches := cl.PollRecords(ctx, s.cfg.MaxPollRecords)
+	fetches := cl.PollRecords(ctx, maxRecords)
 	// From here until the next Poll, no handler call starts, and (with the
 	// records just taken) kgo holds rebalances back.
 	s.gate.Lock()
@@ -422,6 +428,20 @@ func (s *Source) Poll(ctx context.Context) ([]sink.Record, error) {
 	}
 	return nil, ctx.Err()
 }
+
+// LimitPoll bounds the records of the following Polls to n (n <= 0: only
+// Config.MaxPollRecords bounds them), below Config.MaxPollRecords: the
+// records kgo has buffered beyond it stay buffered for the next Poll. The
+// sink's Runner sets it before every Poll to the room left in its open
+// checkpoint (sink.BoundPolls). Called from the sink's goroutine, like
+// Poll.
+func (s *Source) LimitPoll(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit = max(n, 0)
+}
+
+var _ sink.PollLimiter = (*Source)(nil)
 
 // fetchError sorts an error kgo put into the fetches; it returns what Poll
 // should report, or nil. Called with s.mu held.

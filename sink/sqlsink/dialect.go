@@ -69,6 +69,9 @@ type store interface {
 	bookkeeping
 	binder
 	catalogue
+	// deadLetters reads the sink's dead letters, oldest first, at most
+	// limit (0: all).
+	deadLetters(ctx context.Context, sink string, limit int) ([]DeadLetter, error)
 	close()
 }
 

@@ -56,6 +56,7 @@ type checkpoint struct {
 	positions map[string]string
 	epochs    map[string]int64
 	decided   bool
+	dead      int // dead letters buffered (OnErrorDeadLetter)
 }
 
 // liveBranch is one target's branch of a live transaction. Its fields are
@@ -212,23 +213,30 @@ func (in *instance) Write(ctx context.Context, h Handle, records []sink.Record) 
 				}
 			}
 		}
+		next = r.Next
 		rows, err := in.s.mapFn(*r)
 		if err != nil {
-			return &MappingError{Partition: r.Partition, Position: r.Next, Err: err}
+			if err := in.deadLetter(c, r, &MappingError{Partition: r.Partition, Position: r.Next, Err: err}); err != nil {
+				return err
+			}
+			continue
 		}
-		next = r.Next
+		// The record's rows are checked whole before any is buffered: a
+		// bad record lands nowhere but in the dead letters.
+		type fitted struct {
+			id   string
+			tb   *table
+			vals []any
+		}
+		var ok []fitted
+		var bad *MappingError
 		var id string
 		var tb *table
-		var buf *buffer
 		for _, row := range rows {
 			if tb == nil || row.Table != id {
 				id = row.Table
-				if tb = in.s.tables[id]; tb == nil {
+				if tb = in.s.tables[id]; tb == nil || id == deadTableID {
 					return &MappingError{Partition: r.Partition, Position: r.Next, Err: fmt.Errorf("no table %q", row.Table)}
-				}
-				if buf = c.bufs[id]; buf == nil {
-					buf = &buffer{}
-					c.bufs[id] = buf
 				}
 			}
 			if len(row.Values) != len(tb.Columns) {
@@ -237,9 +245,24 @@ func (in *instance) Write(ctx context.Context, h Handle, records []sink.Record) 
 			}
 			vals, err := tb.fit(row.Values)
 			if err != nil {
-				return &MappingError{Partition: r.Partition, Position: r.Next, Err: err}
+				bad = &MappingError{Partition: r.Partition, Position: r.Next, Err: err}
+				break
 			}
-			buf.add(tb, vals)
+			ok = append(ok, fitted{id, tb, vals})
+		}
+		if bad != nil {
+			if err := in.deadLetter(c, r, bad); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, f := range ok {
+			buf := c.bufs[f.id]
+			if buf == nil {
+				buf = &buffer{}
+				c.bufs[f.id] = buf
+			}
+			buf.add(f.tb, f.vals)
 		}
 	}
 	if part != "" {
@@ -433,6 +456,9 @@ func (in *instance) Commit(ctx context.Context, h Handle) error {
 		}
 		if c != nil {
 			c.decided = true
+			if f := in.s.cfg.DeadLettersCommitted; f != nil && c.dead > 0 {
+				f(c.dead)
+			}
 		}
 	}
 	if err := in.s.step("decided", h); err != nil {

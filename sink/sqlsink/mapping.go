@@ -30,6 +30,13 @@ type Table struct {
 	// Key lists the columns of the unique key an upsert matches on;
 	// required with Upsert, and every one must be in Columns.
 	Key []string
+	// Required lists columns whose JSON path (From) must reach a value in
+	// every record: a field or an index the value lacks (a misspelt path,
+	// an event of another shape) makes the record a bad record (a
+	// *MappingError wrapping a *MissingError) instead of a NULL. A JSON
+	// null that is there is a value (a NOT NULL column refuses it). Each
+	// must be in Columns, with a JSON path.
+	Required []string
 }
 
 // Column is one column of a Table and, for the JSON mapping, where its
@@ -94,8 +101,20 @@ type step struct {
 }
 
 type colSource struct {
-	kind int
-	path []step
+	kind     int
+	path     []step
+	required bool
+}
+
+// MissingError is a required column's JSON path that a record's value
+// does not reach (Column.Required).
+type MissingError struct {
+	Column string
+	Path   string
+}
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("column %s: %s is not in the value, and the column is required", e.Column, e.Path)
 }
 
 // parseFrom compiles a Column.From.
@@ -171,7 +190,11 @@ func parseFrom(from string) (colSource, error) {
 	return colSource{kind: srcPath, path: steps}, nil
 }
 
-// value returns the column's value for r; doc is r.Value decoded, or nil
+// errMissing: a JSON path does not reach a value.
+var errMissing = errors.New("sqlsink: not in the value")
+
+// value returns the column's value for r (errMissing: its JSON path does
+// not reach one); doc is r.Value decoded, or nil
 // when no column needs it.
 func (c colSource) value(r *sink.Record, doc any) (any, error) {
 	switch c.kind {
@@ -197,16 +220,20 @@ func (c colSource) value(r *sink.Record, doc any) (any, error) {
 		switch x := v.(type) {
 		case map[string]any:
 			if s.index >= 0 {
-				return nil, nil
+				return nil, errMissing
 			}
-			v = x[s.field]
+			f, ok := x[s.field]
+			if !ok {
+				return nil, errMissing
+			}
+			v = f
 		case []any:
 			if s.index < 0 || s.index >= len(x) {
-				return nil, nil
+				return nil, errMissing
 			}
 			v = x[s.index]
 		default:
-			return nil, nil
+			return nil, errMissing
 		}
 	}
 	return jsonValue(v)
@@ -259,8 +286,10 @@ func jsonNumber(text string) any {
 // Column.From.
 func JSONMapping(tables []Table) (MapFunc, error) {
 	type tab struct {
-		id   string
-		srcs []colSource
+		id    string
+		srcs  []colSource
+		names []string
+		froms []string
 	}
 	var tabs []tab
 	needDoc := false
@@ -271,8 +300,20 @@ func JSONMapping(tables []Table) (MapFunc, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%w: table %s column %s: %v", sink.ErrConfig, t.id(), c.Name, err)
 			}
+			req := slices.Contains(t.Required, c.Name)
+			if req && s.kind != srcPath {
+				return nil, fmt.Errorf("%w: table %s column %s: required is for a JSON path, not %q", sink.ErrConfig, t.id(), c.Name, c.From)
+			}
+			s.required = req
 			needDoc = needDoc || s.kind == srcPath
 			tb.srcs = append(tb.srcs, s)
+			tb.names = append(tb.names, c.Name)
+			tb.froms = append(tb.froms, c.From)
+		}
+		for _, r := range t.Required {
+			if !slices.Contains(tb.names, r) {
+				return nil, fmt.Errorf("%w: table %s: required column %s is not among its columns", sink.ErrConfig, t.id(), r)
+			}
 		}
 		tabs = append(tabs, tb)
 	}
@@ -293,8 +334,13 @@ func JSONMapping(tables []Table) (MapFunc, error) {
 			vals := make([]any, len(t.srcs))
 			for j, s := range t.srcs {
 				v, err := s.value(&r, doc)
-				if err != nil {
-					return nil, fmt.Errorf("table %s column %d: %w", t.id, j+1, err)
+				switch {
+				case err == errMissing && s.required:
+					return nil, fmt.Errorf("table %s: %w", t.id, &MissingError{Column: t.names[j], Path: t.froms[j]})
+				case err == errMissing:
+					v = nil
+				case err != nil:
+					return nil, fmt.Errorf("table %s column %s: %w", t.id, t.names[j], err)
 				}
 				vals[j] = v
 			}

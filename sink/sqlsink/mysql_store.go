@@ -45,6 +45,14 @@ var myDDL = []string{
 		"sink VARCHAR(24) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, " +
 		"generation BIGINT NOT NULL, updated DATETIME(6) NOT NULL, " +
 		"PRIMARY KEY (sink)) ENGINE=InnoDB",
+	"CREATE TABLE IF NOT EXISTS " + DeadLetterTable + " (" +
+		"sink VARCHAR(24) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, " +
+		"incarnation BIGINT NOT NULL, checkpoint BIGINT NOT NULL, seq BIGINT NOT NULL, " +
+		"`partition` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, " +
+		"position TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, " +
+		"record_key LONGBLOB NULL, record_value LONGBLOB NULL, " +
+		"error TEXT CHARACTER SET utf8mb4 NOT NULL, created DATETIME(6) NOT NULL, " +
+		"PRIMARY KEY (sink, incarnation, checkpoint, seq)) ENGINE=InnoDB",
 }
 
 // myChunkKeys bounds the keys of one lookup statement.
@@ -506,4 +514,28 @@ func (s *myStore) describe(ctx context.Context) (string, error) {
 	err := s.db.QueryRowContext(ctx, "SELECT CONCAT(IF(VERSION() LIKE '%MariaDB%', 'MariaDB', 'MySQL'), ' database ', COALESCE(DATABASE(), '(none)'), "+
 		"' at ', @@hostname, ':', @@port, ', as ', CURRENT_USER())").Scan(&where)
 	return where, err
+}
+
+func (m *myStore) deadLetters(ctx context.Context, sink string, limit int) ([]DeadLetter, error) {
+	q := "SELECT incarnation, checkpoint, seq, `partition`, position, record_key, record_value, error, created FROM " + DeadLetterTable +
+		" WHERE sink = ? ORDER BY created, incarnation, checkpoint, seq"
+	if limit > 0 {
+		q += fmt.Sprintf(" LIMIT %d", limit)
+	}
+	rows, err := m.db.QueryContext(ctx, q, sink)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []DeadLetter
+	for rows.Next() {
+		var d DeadLetter
+		var inc, ck int64
+		if err := rows.Scan(&inc, &ck, &d.Seq, &d.Partition, &d.Position, &d.Key, &d.Value, &d.Error, &d.Created); err != nil {
+			return nil, err
+		}
+		d.Incarnation, d.Checkpoint, d.Created = uint64(inc), uint64(ck), d.Created.UTC()
+		out = append(out, d)
+	}
+	return out, rows.Err()
 }

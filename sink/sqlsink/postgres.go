@@ -2,11 +2,13 @@ package sqlsink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	xapg "github.com/xadb/xa/drivers/postgres"
 	"github.com/xadb/xa/xa"
@@ -70,6 +72,9 @@ type pgWriter struct{ c *xapg.Conn }
 func (w pgWriter) write(ctx context.Context, tb *table, rows [][]any) error {
 	if !tb.Upsert {
 		if _, err := w.c.CopyFrom(ctx, pgx.Identifier(tb.sql.ident), tb.columnNames(), pgx.CopyFromRows(rows)); err != nil {
+			if ee := copyEncodeError(err, tb); ee != nil {
+				return fmt.Errorf("sink: copying %d rows to %s on %s: %w", len(rows), tb.Name, tb.Target, ee)
+			}
 			return fmt.Errorf("sink: copying %d rows to %s on %s: %w", len(rows), tb.Name, tb.Target, err)
 		}
 		return nil
@@ -113,6 +118,35 @@ func (w pgWriter) write(ctx context.Context, tb *table, rows [][]any) error {
 	}
 	if err != nil {
 		return fmt.Errorf("sink: upserting rows to %s on %s: %w", tb.Name, tb.Target, err)
+	}
+	return nil
+}
+
+// EncodeError is a value the PostgreSQL client (pgx) could not encode for
+// its column's type: the server never saw it. (pgx ends a COPY whose rows
+// it cannot encode with CopyFail, which the server answers with SQLSTATE
+// 57014, "query canceled": that code would read as a cancellation.)
+type EncodeError struct {
+	Table  string
+	Target string
+	// Reason is pgx's message.
+	Reason string
+}
+
+func (e *EncodeError) Error() string {
+	return fmt.Sprintf("a value cannot be encoded for its column of %s on %s (by the client, not refused by the server): %s", e.Table, e.Target, e.Reason)
+}
+
+// copyFailed starts the server's message for a COPY the client ended with
+// CopyFail; the client's reason follows.
+const copyFailed = "COPY from stdin failed: "
+
+// copyEncodeError returns the *EncodeError that err, a failed COPY, hides
+// as SQLSTATE 57014, or nil.
+func copyEncodeError(err error, tb *table) *EncodeError {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "57014" && strings.HasPrefix(pe.Message, copyFailed) {
+		return &EncodeError{Table: tb.Name, Target: tb.Target, Reason: strings.TrimPrefix(pe.Message, copyFailed)}
 	}
 	return nil
 }

@@ -49,6 +49,18 @@ var pgDDL = []string{
 		sink text PRIMARY KEY,
 		generation bigint NOT NULL,
 		updated timestamptz NOT NULL DEFAULT now())`,
+	`CREATE TABLE IF NOT EXISTS ` + DeadLetterTable + ` (
+		sink text NOT NULL,
+		incarnation bigint NOT NULL,
+		checkpoint bigint NOT NULL,
+		seq bigint NOT NULL,
+		"partition" text NOT NULL,
+		position text NOT NULL,
+		record_key bytea,
+		record_value bytea,
+		error text NOT NULL,
+		created timestamptz NOT NULL,
+		PRIMARY KEY (sink, incarnation, checkpoint, seq))`,
 }
 
 func openPgStore(ctx context.Context, c TargetConfig) (*pgStore, error) {
@@ -498,4 +510,28 @@ func (s *pgStore) describe(ctx context.Context) (string, error) {
 		coalesce((SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass('xa_sink_bindings')),
 			current_schema()::text, '(none)') || ', as role ' || current_user::text`).Scan(&where)
 	return where, err
+}
+
+func (p *pgStore) deadLetters(ctx context.Context, sink string, limit int) ([]DeadLetter, error) {
+	q := `SELECT incarnation, checkpoint, seq, "partition", position, record_key, record_value, error, created FROM ` + DeadLetterTable +
+		` WHERE sink = $1 ORDER BY created, incarnation, checkpoint, seq`
+	if limit > 0 {
+		q += fmt.Sprintf(" LIMIT %d", limit)
+	}
+	rows, err := p.pool.Query(ctx, q, sink)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []DeadLetter
+	for rows.Next() {
+		var d DeadLetter
+		var inc, ck int64
+		if err := rows.Scan(&inc, &ck, &d.Seq, &d.Partition, &d.Position, &d.Key, &d.Value, &d.Error, &d.Created); err != nil {
+			return nil, err
+		}
+		d.Incarnation, d.Checkpoint, d.Created = uint64(inc), uint64(ck), d.Created.UTC()
+		out = append(out, d)
+	}
+	return out, rows.Err()
 }

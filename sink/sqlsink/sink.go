@@ -54,6 +54,16 @@ type Config struct {
 	PID  int
 	// Logger receives warnings; nil: none.
 	Logger *slog.Logger
+	// OnError says what a bad record does: OnErrorStop (default) or
+	// OnErrorDeadLetter (see there; docs/sink.md, "Bad records").
+	OnError OnError
+	// MaxDeadLetters bounds the bad records of one checkpoint with
+	// OnErrorDeadLetter (default DefaultMaxDeadLetters): beyond it the
+	// checkpoint aborts with ErrTooManyDeadLetters.
+	MaxDeadLetters int
+	// DeadLettersCommitted, if set, is told how many dead letters a
+	// checkpoint committed (metrics count them).
+	DeadLettersCommitted func(n int)
 }
 
 // Sink is an open SQL sink: its targets, tables and mapping. Run drives it
@@ -154,6 +164,23 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 	if len(cfg.Tables) == 0 {
 		return nil, fmt.Errorf("%w: sink %s has no tables", sink.ErrConfig, cfg.Name)
 	}
+	switch cfg.OnError {
+	case "":
+		s.cfg.OnError = OnErrorStop
+	case OnErrorStop:
+	case OnErrorDeadLetter:
+		// The dead letters go to the progress target, in the checkpoint's
+		// branch there: exactly once, like any row.
+		s.tables[deadTableID] = &table{Table: Table{ID: deadTableID, Target: cfg.Progress, Name: DeadLetterTable, Columns: deadColumns}}
+	default:
+		return nil, fmt.Errorf("%w: OnError %q: want %q or %q", sink.ErrConfig, cfg.OnError, OnErrorStop, OnErrorDeadLetter)
+	}
+	if cfg.MaxDeadLetters < 0 {
+		return nil, fmt.Errorf("%w: MaxDeadLetters must not be negative", sink.ErrConfig)
+	}
+	if cfg.MaxDeadLetters == 0 {
+		s.cfg.MaxDeadLetters = DefaultMaxDeadLetters
+	}
 	s.mapFn = cfg.Map
 	if s.mapFn == nil {
 		f, err := JSONMapping(cfg.Tables)
@@ -250,7 +277,9 @@ func (s *Sink) step(name string, h Handle) error {
 // Runner.Run does (ErrFenced once every partition was taken over; nil at
 // the end of a bounded source). It refuses to start, with errors matching
 // ErrTable (each a *TableError), when a table does not fit its Table
-// (CheckTables).
+// (CheckTables). A src that is a sink.PollLimiter is limited before every
+// Poll to the room left in the open checkpoint, so that no checkpoint
+// holds more than opts.CheckpointRecords records.
 func (s *Sink) Run(ctx context.Context, src sink.Source, opts sink.RunOptions) error {
 	in, err := s.newInstance(ctx, false, 0, 0)
 	if err != nil {
@@ -260,7 +289,11 @@ func (s *Sink) Run(ctx context.Context, src sink.Source, opts sink.RunOptions) e
 	if opts.Logger == nil {
 		opts.Logger = s.log
 	}
-	err = sink.NewRunner[Handle](in, in, opts).Run(ctx, src)
+	// The source is told, before every Poll, how many records the open
+	// checkpoint still has room for (sink.BoundPolls): a checkpoint never
+	// holds more than CheckpointRecords, whatever backlog the source has.
+	c, src := sink.BoundPolls[Handle](in, src, opts.CheckpointRecords)
+	err = sink.NewRunner[Handle](c, in, opts).Run(ctx, src)
 	if cerr := s.check(); cerr != nil && err != nil && !errors.Is(err, sink.ErrClosed) {
 		err = fmt.Errorf("%w: %w", sink.ErrClosed, err)
 	}

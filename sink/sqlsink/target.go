@@ -108,7 +108,16 @@ func openTarget(ctx context.Context, c TargetConfig, log *slog.Logger) (*target,
 	if err != nil {
 		return nil, err
 	}
-	p, err := drivers.Open(ctx, c.Driver, drivers.Options{Name: c.Name, DSN: c.DSN, MaxConns: c.MaxConns, Logger: log, Init: c.Init})
+	dsn := c.DSN
+	if c.Driver == DriverMySQL {
+		// The sink's sessions run in strict mode, whatever the server's
+		// sql_mode: a value a column cannot hold is refused, never
+		// changed (strictDSN).
+		if dsn, err = strictDSN(dsn); err != nil {
+			return nil, fmt.Errorf("sqlsink: target %s: DSN: %w", c.Name, err)
+		}
+	}
+	p, err := drivers.Open(ctx, c.Driver, drivers.Options{Name: c.Name, DSN: dsn, MaxConns: c.MaxConns, Logger: log, Init: c.Init})
 	if err != nil {
 		return nil, err
 	}

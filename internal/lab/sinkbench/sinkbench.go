@@ -88,8 +88,9 @@ type Config struct {
 	Interval time.Duration
 	// Payload is the length of each record's "v" field. Default 64.
 	Payload int
-	// Poll is the records a sink instance gets per Source.Poll. Default
-	// 500.
+	// Poll is the records a baseline writer reads per Source.Poll.
+	// Default 500. A sink instance polls as xactl's does: as many as its
+	// open checkpoint has room for.
 	Poll int
 	// NoSettle skips writing back what a measurement left dirty before
 	// the next one (see Setup.Measure): for tests on shared servers,
@@ -388,11 +389,16 @@ func (s *Setup) runSink(ctx context.Context, t Target, g gensource.Config) (int,
 		return 0, 0, err
 	}
 	obs := &checkpoints{}
-	opts := sink.RunOptions{CheckpointRecords: 1 << 30, CheckpointInterval: s.cfg.Interval, Observer: obs, Logger: s.cfg.Logger,
+	// As xactl builds the sink: its default checkpoint.records, and a
+	// source whose Poll returns everything it has unless the sink limits
+	// it (xactl's Kafka source returns what the client has buffered, up to
+	// checkpoint.records, and the sink lowers that to the room left in its
+	// open checkpoint: sink.BoundPolls).
+	opts := sink.RunOptions{CheckpointRecords: sink.DefaultCheckpointRecords, CheckpointInterval: s.cfg.Interval, Observer: obs, Logger: s.cfg.Logger,
 		SweepInterval: -1}
 	start := time.Now()
 	err = s.each(func(w int) error {
-		return sk.Run(ctx, newSource(g, partitionsOf(g.Partitions, w, s.cfg.Partitions), s.cfg.Poll), opts)
+		return sk.Run(ctx, newSource(g, partitionsOf(g.Partitions, w, s.cfg.Partitions), sink.DefaultCheckpointRecords), opts)
 	})
 	elapsed := time.Since(start)
 	if err != nil {

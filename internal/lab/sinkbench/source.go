@@ -21,12 +21,20 @@ type source struct {
 	names []string
 	next  []int // per entry of parts: the next sequence number
 	poll  int   // records per Poll
+	limit int   // LimitPoll's; 0: none
 	rr    int
 	h     sink.Handler
 	taken bool
 }
 
 var _ sink.Source = (*source)(nil)
+
+var _ sink.PollLimiter = (*source)(nil)
+
+// LimitPoll bounds the records of the following Polls to n, below poll
+// (n <= 0: poll alone): the sink sets it to the room left in its open
+// checkpoint, as it does for xactl's Kafka source.
+func (s *source) LimitPoll(n int) { s.limit = max(n, 0) }
 
 func newSource(cfg gensource.Config, parts []int, poll int) *source {
 	s := &source{cfg: cfg, parts: parts, next: make([]int, len(parts)), poll: poll}
@@ -82,7 +90,11 @@ func (s *source) Poll(ctx context.Context) ([]sink.Record, error) {
 			return nil, err
 		}
 	}
-	recs := s.nextRecords(s.poll)
+	n := s.poll
+	if s.limit > 0 {
+		n = min(n, s.limit)
+	}
+	recs := s.nextRecords(n)
 	if len(recs) == 0 {
 		return nil, io.EOF
 	}

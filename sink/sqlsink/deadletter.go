@@ -1,0 +1,106 @@
+package sqlsink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/xadb/xa/sink"
+)
+
+// OnError says what the sink does with a bad record.
+type OnError string
+
+const (
+	// OnErrorStop (the default): a bad record aborts its checkpoint, which
+	// is read again; Run stops after MaxAborts aborts in a row, having
+	// written nothing of the checkpoint.
+	OnErrorStop OnError = "stop"
+	// OnErrorDeadLetter: a record that cannot be mapped (not JSON, a
+	// required path missing, a value its column cannot hold: a
+	// *MappingError) is written to the dead-letter table
+	// (xa_sink_dead_letters, in the progress target) in the same
+	// checkpoint, exactly once like any row, and the others land.
+	OnErrorDeadLetter OnError = "dead_letter"
+)
+
+// DefaultMaxDeadLetters is Config.MaxDeadLetters' default.
+const DefaultMaxDeadLetters = 100
+
+// DeadLetterTable is the dead-letter table, in the progress target.
+const DeadLetterTable = "xa_sink_dead_letters"
+
+// deadTableID is the dead-letter table's id among the sink's tables; no
+// configured table can have it (ids are "target/name" or names).
+const deadTableID = "\x00dead-letters"
+
+// deadColumns are the dead-letter table's columns, in the order of its
+// rows: the sink, the instance and checkpoint that wrote it and its
+// number within the checkpoint (the primary key), the record's
+// partition and position (the position after it, as the progress table
+// keeps positions), its key and value as they came, the error, and when.
+var deadColumns = []Column{{Name: "sink"}, {Name: "incarnation"}, {Name: "checkpoint"}, {Name: "seq"},
+	{Name: "partition"}, {Name: "position"}, {Name: "record_key"}, {Name: "record_value"}, {Name: "error"}, {Name: "created"}}
+
+// ErrTooManyDeadLetters: a checkpoint holds more bad records than
+// Config.MaxDeadLetters: the failure is systematic (a table dropped, a
+// column renamed, every event of a new shape), and the checkpoint aborts
+// rather than dead-letter the stream.
+var ErrTooManyDeadLetters = errors.New("sink: too many bad records in one checkpoint")
+
+// deadLetter adds the record r, refused with err, to c's dead letters. It
+// returns the error that aborts the checkpoint when the sink stops on bad
+// records, or when c holds more than MaxDeadLetters.
+func (in *instance) deadLetter(c *checkpoint, r *sink.Record, err *MappingError) error {
+	if in.s.cfg.OnError != OnErrorDeadLetter {
+		return err
+	}
+	if c.dead >= in.s.cfg.MaxDeadLetters {
+		return fmt.Errorf("%w: more than %d (MaxDeadLetters, on_error: dead_letter) in checkpoint %d; the last: %w",
+			ErrTooManyDeadLetters, in.s.cfg.MaxDeadLetters, c.h.Checkpoint, err)
+	}
+	c.dead++
+	tb := in.s.tables[deadTableID]
+	buf := c.bufs[deadTableID]
+	if buf == nil {
+		buf = &buffer{}
+		c.bufs[deadTableID] = buf
+	}
+	buf.add(tb, []any{in.s.cfg.Name, int64(c.h.Incarnation), int64(c.h.Checkpoint), int64(c.dead), r.Partition, r.Next,
+		bytesOrNil(r.Key), bytesOrNil(r.Value), err.Err.Error(), time.Now().UTC()})
+	in.log.Warn("sink: a bad record goes to the dead-letter table", "partition", r.Partition, "position", r.Next, "err", err.Err)
+	return nil
+}
+
+func bytesOrNil(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+// DeadLetter is one row of the dead-letter table.
+type DeadLetter struct {
+	Incarnation uint64    `json:"incarnation"`
+	Checkpoint  uint64    `json:"checkpoint"`
+	Seq         int64     `json:"seq"`
+	Partition   string    `json:"partition"`
+	Position    string    `json:"position"`
+	Key         []byte    `json:"key"`
+	Value       []byte    `json:"value"`
+	Error       string    `json:"error"`
+	Created     time.Time `json:"created"`
+}
+
+// ReadDeadLetters returns the dead letters of sink name in its progress
+// target t, oldest first, at most limit (0: all).
+func ReadDeadLetters(ctx context.Context, t TargetConfig, name string, limit int) ([]DeadLetter, error) {
+	var out []DeadLetter
+	err := withStore(ctx, t, func(st store) error {
+		var err error
+		out, err = st.deadLetters(ctx, name, limit)
+		return err
+	})
+	return out, err
+}
