@@ -282,7 +282,18 @@ earlier instances left prepared before reading.
 SIGINT or SIGTERM stops it cleanly: the checkpoint being written is aborted,
 those already prepared are committed (for up to 30 s; what is left goes to
 the next instance's restore), and the Kafka group is left, so its
-partitions move to the other instances at once. A generator or file source
+partitions move to the other instances at once. If it has not stopped
+shutdown_timeout (default 45s) after the signal, whatever the group or the
+databases do, it exits 1 without waiting (as safe as a kill: the session
+timeout and the next instance's restore take over).
+
+No checkpoint committed for stall_after (default 2m) while records wait in
+partitions whose positions do not move (a group that never settles) is a
+stall: a warning "stalled since", the metric xa_sink_stalled at 1, "STALLED
+since" in xactl sink status; past stall_exit (default 10m) it exits 1 for
+its supervisor to start it again (docs/sink.md, "Liveness").
+
+A generator or file source
 ends by itself: everything read is committed, and it exits 0.
 
 Every --progress-every (default 5s) a line on stderr says the records
@@ -294,7 +305,8 @@ prepared and pending. --metrics-addr serves Prometheus metrics (xa_sink_*)
 on /metrics.
 
 Exit code 1 when it stops on an error: fenced (every partition was taken
-over by another instance), a decision whose outcome is unknown (the next
+over by another instance), a stall past stall_exit, shutdown_timeout passed
+after a signal, a decision whose outcome is unknown (the next
 instance's restore settles it), too many aborted checkpoints in a row, or
 the source's error. Exit code 3 when it does not start because a target or
 the progress target is not the database the sink was set up with (xactl
