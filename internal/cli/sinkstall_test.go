@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,11 +96,22 @@ func frozenSink(t *testing.T, extra string) (*sinkEnv, string, <-chan int, *sync
 		resp.ErrorCode = kerr.UnknownMemberID.Code
 		return resp, nil, true
 	})
+	// A JoinGroup comes once the instance has lost its partitions (kgo
+	// calls OnPartitionsLost before it rejoins): the records produced
+	// after it wait.
+	rejoining := make(chan struct{})
+	var once sync.Once
 	for _, key := range []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup} {
 		cluster.ControlKey(key.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 			cluster.KeepControl()
+			once.Do(func() { close(rejoining) })
 			return nil, nil, true // never answered
 		})
+	}
+	select {
+	case <-rejoining:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the instance did not rejoin its group within 30s of the freeze:\n%s", stderr.String())
 	}
 	produce(20)
 	return e, cfg, code, stderr, stop
