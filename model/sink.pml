@@ -33,6 +33,9 @@
  *   CRASHES=0|1 instance 1 may crash (its session ends: an unprepared
  *               branch rolls back; a prepared one stays)
  *   LOSSES=n    a decision's reply lost (written or not: a free choice)
+ *   TWO         self-driven over two partitions of one record each: instance
+ *               2 takes partition 1 or both; restore may fence a young
+ *               branch of an instance that owns a partition (the grace)
  *   GENS=2|3    (EXTERNAL) generations
  *   MAXCK=n     checkpoints an instance or generation begins at most
  *   MUT_...     a mutation, which must fail: see each #ifdef below
@@ -111,6 +114,13 @@ byte powner = 1;
 byte ppos;           /* the committed position: records before it landed */
 byte dec[NKEY];
 
+#ifdef TWO
+/* (TWO) per partition: epoch, owner, position (0 or 1) */
+byte pe[2] = 1;
+byte po[2] = 1;
+byte pp[2];
+#endif
+
 /* ---- branches ---- */
 byte bst[NKEY];
 byte blo[NKEY];
@@ -133,6 +143,8 @@ bit  finished;       /* the last owner read every record and committed it */
 #define G_LATE_PREPARE  16   /* an instance prepared after its partition was taken */
 #define G_GEN_REFUSED   32   /* (EXTERNAL) a zombie committer refused by the generation */
 #define G_LINGER        64   /* (EXTERNAL) AbortLingering fenced a zombie's branch */
+#define G_GRACE        128   /* (TWO) restore fenced a young branch of an instance that owns a partition */
+#define G_MARKED       256   /* (TWO) a decision refused by a marker */
 #ifdef REACH
 int seen;
 #define SEEN(b) seen = seen | (b)
@@ -153,6 +165,8 @@ end:	atomic { (seen & (REACH)) == (REACH) -> printf("reached %d\n", REACH); asse
 byte r_;
 #ifdef EXTERNAL
 #define POSOK(r) (1)
+#elif defined(TWO)
+#define POSOK(r) ((pp[r] == 1 && landed[r] + due[r] >= 1) || (pp[r] == 0 && landed[r] == 0))
 #else
 #define POSOK(r) ((r < ppos && landed[r] + due[r] >= 1) || (r >= ppos && landed[r] == 0))
 #endif
@@ -222,7 +236,7 @@ inline claim(k, got) {
 	got = dec[k]
 }
 
-#ifndef EXTERNAL
+#if !defined(EXTERNAL) && !defined(TWO)
 /* ---- self-driven: an instance ---- */
 
 /* instance 1 is the one that may crash */
@@ -455,6 +469,221 @@ init
 #if INSTANCES > 2
 		run Instance(3);
 #endif
+	}
+}
+
+#elif defined(TWO)
+/* ---- self-driven, two partitions (TWO): record p is partition p's one
+ * record; instance 1 owns both at epoch 1; instance 2 takes partition 1,
+ * or both, at any moment; restore may fence a young branch of an
+ * instance that still owns a partition (older than the grace: a free
+ * choice), whose decision then meets the marker ---- */
+
+byte bm[NKEY];       /* the partitions (records) a branch wrote */
+bit  done[3];        /* the instance read everything it owns */
+
+#define ALIVE (me != 1 || !crashed)
+#define OWNS(j) (po[0] == (j) || po[1] == (j))
+#define FOREIGN(k) (bst[k] == B_PREPARED && (k) / MAXCK + 1 != me)
+
+inline commit2(k) {
+	if
+	:: bst[k] == B_PREPARED ->
+		bst[k] = B_COMMITTED;
+		if :: bm[k] & 1 -> landed[0]++; if :: due[0] > 0 -> due[0]-- :: else fi :: else fi;
+		if :: bm[k] & 2 -> landed[1]++; if :: due[1] > 0 -> due[1]-- :: else fi :: else fi;
+		printf(" -> ok\n")
+	:: else -> printf(" -> unknown xid (done)\n")
+	fi
+}
+
+inline decided2(k) {
+	dec[k] = D_COMMIT;
+	if :: bm[k] & 1 -> due[0]++; pp[0] = 1 :: else fi;
+	if :: bm[k] & 2 -> due[1]++; pp[1] = 1 :: else fi
+}
+
+inline restore2() {
+	k = 0;
+	do
+	:: k < NKEY ->
+		atomic { ALIVE ->
+			act = 0;
+			if
+			:: bst[k] == B_PREPARED && k / MAXCK + 1 != me ->
+				d = dec[k];
+#ifdef MUT_RESTORE_IGNORES_MARKERS
+				if :: d == D_ABORT -> d = D_COMMIT :: else fi;
+#endif
+				if
+				:: d == D_COMMIT -> act = 1
+				:: d == D_ABORT -> act = 2
+				:: d == D_NONE && !OWNS(k / MAXCK + 1) -> act = 3
+				:: d == D_NONE && OWNS(k / MAXCK + 1) -> act = 3; SEEN(G_GRACE)	/* older than the grace */
+				:: d == D_NONE && OWNS(k / MAXCK + 1)	/* young: left */
+				fi
+			:: else
+			fi };
+		if
+		:: act == 1 -> atomic { ALIVE -> printf("I%d restore: commit %d.%d (decided)", me, k / MAXCK + 1, k % MAXCK + 1); SEEN(G_ORPHAN_COMMIT); commit2(k) }
+		:: act == 2 -> atomic { ALIVE -> printf("I%d restore: roll back %d.%d (marker)", me, k / MAXCK + 1, k % MAXCK + 1); rollbackB(k) }
+		:: act == 3 ->
+			atomic { ALIVE -> printf("I%d restore: fence %d.%d", me, k / MAXCK + 1, k % MAXCK + 1);
+				claim(k, d);
+				if
+				:: d == D_COMMIT -> printf(": the decision holds the key\n")
+				:: else -> printf(": marker\n"); SEEN(G_FENCED)
+				fi };
+			atomic { ALIVE ->
+				if
+				:: d == D_COMMIT -> printf("I%d restore: commit %d.%d", me, k / MAXCK + 1, k % MAXCK + 1); commit2(k)
+				:: else -> printf("I%d restore: roll back %d.%d", me, k / MAXCK + 1, k % MAXCK + 1); rollbackB(k)
+				fi }
+		:: else
+		fi;
+		k++
+	:: else -> k = 0; break
+	od
+}
+
+proctype Instance(byte me)
+{
+	byte E[2], pos[2], ck, k, act, d, res, m;
+	bit own[2];
+	{
+	if
+	:: me == 1 -> atomic { E[0] = 1; E[1] = 1; own[0] = 1; own[1] = 1; printf("I1 owns partitions 0 and 1 at epoch 1\n") }
+	:: else ->
+		atomic {
+			if
+			:: skip
+			:: pe[0]++; po[0] = me; E[0] = pe[0]; own[0] = 1; pos[0] = pp[0]
+			fi;
+			pe[1]++; po[1] = me; E[1] = pe[1]; own[1] = 1; pos[1] = pp[1];
+			printf("I%d take partitions %d..1\n", me, 1 - own[0]) };
+		restore2()
+	fi;
+	do
+	:: atomic { ALIVE && (own[0] || own[1]) && !(own[0] && pos[0] == 0) && !(own[1] && pos[1] == 0) ->
+		done[me] = 1 };
+		break
+	:: atomic { ALIVE && ((own[0] && pos[0] == 0) || (own[1] && pos[1] == 0)) && ck >= MAXCK -> printf("I%d stops: too many aborts\n", me) }; break
+	:: atomic { ALIVE && ((own[0] && pos[0] == 0) || (own[1] && pos[1] == 0)) && ck < MAXCK ->
+		ck++; k = KEY(me, ck);
+		m = 0;
+		if :: own[0] && pos[0] == 0 -> m = m | 1 :: else fi;
+		if :: own[1] && pos[1] == 0 -> m = m | 2 :: else fi;
+		bm[k] = m; bst[k] = B_ACTIVE;
+		printf("I%d write %d.%d: partitions %d\n", me, me, ck, m) };
+		atomic { ALIVE -> bst[k] = B_PREPARED; printf("I%d prepare %d.%d\n", me, me, ck) };
+		atomic { ALIVE ->
+			printf("I%d decide %d.%d", me, me, ck);
+			if
+			:: losses > 0 -> losses--; res = R_UNKNOWN; printf(" -> an error: not written\n")
+			:: true ->
+				if
+#ifdef MUT_NO_EPOCH
+				:: false ->
+#elif defined(MUT_FIRST_EPOCH)
+				/* MUTATION: only the first partition's epoch is checked. */
+				:: ((m & 1) && (pe[0] != E[0] || po[0] != me)) || (m == 2 && (pe[1] != E[1] || po[1] != me)) ->
+#else
+				:: ((m & 1) && (pe[0] != E[0] || po[0] != me)) || ((m & 2) && (pe[1] != E[1] || po[1] != me)) ->
+#endif
+					res = R_EPOCH; printf(" -> an epoch moved\n")
+				:: else ->
+					if
+					:: dec[k] != D_NONE -> res = R_MARKED; printf(" -> the key is marked\n"); SEEN(G_MARKED)
+					:: else -> decided2(k); res = R_OK; printf(" -> decided\n")
+					fi
+				fi;
+				if
+				:: losses > 0 -> losses--; res = R_UNKNOWN; printf("I%d the reply is lost\n", me)
+				:: true
+				fi
+			fi };
+		if
+		:: res == R_UNKNOWN ->
+			atomic { ALIVE -> claim(k, d);
+				if
+				:: d == D_COMMIT -> res = R_OK; printf("I%d claim: the decision holds the key\n", me)
+				:: else -> res = R_MARKED; printf("I%d claim: marker\n", me); SEEN(G_CLAIM_ABORT)
+				fi }
+		:: else
+		fi;
+		if
+		:: res == R_OK ->
+			atomic { ALIVE -> printf("I%d commit %d.%d", me, me, ck); commit2(k);
+				if :: m & 1 -> pos[0] = 1 :: else fi;
+				if :: m & 2 -> pos[1] = 1 :: else fi }
+		:: else ->
+			if :: res == R_EPOCH -> SEEN(G_EPOCH_REFUSED) :: else fi;
+			atomic { ALIVE -> printf("I%d roll back %d.%d", me, me, ck); rollbackB(k) };
+			/* rewind every partition it owns; the ones that moved on are lost */
+			atomic { ALIVE ->
+				if
+				:: own[0] && pe[0] == E[0] && po[0] == me -> pos[0] = pp[0]
+				:: own[0] && !(pe[0] == E[0] && po[0] == me) -> own[0] = 0; printf("I%d lost partition 0\n", me)
+				:: else
+				fi;
+				if
+				:: own[1] && pe[1] == E[1] && po[1] == me -> pos[1] = pp[1]
+				:: own[1] && !(pe[1] == E[1] && po[1] == me) -> own[1] = 0; printf("I%d lost partition 1\n", me)
+				:: else
+				fi }
+		fi
+	/* the periodic sweep beside the writes */
+	:: atomic { ALIVE && (own[0] || own[1]) && (FOREIGN(0) || FOREIGN(1) || FOREIGN(2) || FOREIGN(3) || FOREIGN(4) || FOREIGN(5)) ->
+		printf("I%d sweep\n", me) };
+		restore2()
+	:: atomic { ALIVE && !own[0] && !own[1] -> printf("I%d owns nothing: stops (fenced)\n", me) }; break
+	od;
+end_sweep:
+	do
+	:: atomic { ALIVE && done[me] && OWNS(me) && (FOREIGN(0) || FOREIGN(1) || FOREIGN(2) || FOREIGN(3) || FOREIGN(4) || FOREIGN(5)) ->
+		printf("I%d sweep\n", me) };
+		restore2()
+	od
+	} unless { me == 1 && crashed }
+}
+
+active proctype Crash()
+{
+	byte k;
+end:	atomic { crashes > 0 ->
+		crashes--; crashed = 1; printf("I1 crashes\n");
+		k = 0;
+		do
+		:: k < MAXCK -> if :: bst[k] == B_ACTIVE -> bst[k] = B_ROLLEDBACK :: else fi; k++
+		:: else -> break
+		od }
+}
+
+/* ---- at rest: a partition whose owner read all it owns has its record
+ * landed once; no record landed twice ---- */
+active proctype Judge()
+{
+	byte p;
+	timeout ->
+	printf("-- at rest\n");
+	p = 0;
+	do
+	:: p < 2 ->
+		assert(landed[p] <= 1);
+		if
+		:: done[po[p]] -> assert(landed[p] == 1 && pp[p] == 1)
+		:: else
+		fi;
+		p++
+	:: else -> break
+	od
+}
+
+init
+{
+	atomic {
+		run Instance(1);
+		run Instance(2)
 	}
 }
 
