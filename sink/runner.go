@@ -47,7 +47,9 @@ type RunOptions struct {
 	SweepInterval time.Duration
 	// DrainTimeout bounds how long Run waits, when it stops, for the
 	// checkpoints already prepared to be decided and committed (default
-	// 30 s); what is left goes to restore.
+	// 30 s); what is left goes to restore. Once Run's context ends, the
+	// committer's context ends DrainTimeout later, whatever the reader
+	// was doing then (waiting for a slot or for a drain).
 	DrainTimeout time.Duration
 	// Observer receives counts and durations; nil: none.
 	Observer Observer
@@ -132,6 +134,21 @@ func (r *Runner[H]) Run(ctx context.Context, src Source) (err error) {
 		inbox:   make(chan []action, 1),
 	}
 	commitCtx, cancelCommit := context.WithCancel(context.WithoutCancel(ctx))
+	// Once ctx ends, the committer has DrainTimeout to finish what it
+	// holds: a reader that waits for it (a slot, a drain) does not look at
+	// ctx, and would otherwise wait for as long as a Commit that does not
+	// answer takes. What is left goes to restore.
+	drainClock := make(chan struct{})
+	stopDrainClock := context.AfterFunc(ctx, func() {
+		defer close(drainClock)
+		t := time.NewTimer(r.opts.DrainTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancelCommit()
+		case <-commitCtx.Done():
+		}
+	})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -152,6 +169,9 @@ func (r *Runner[H]) Run(ctx context.Context, src Source) (err error) {
 		close(x.commits)
 		x.mu.Unlock()
 		<-done
+		if !stopDrainClock() {
+			<-drainClock // it ran: commitCtx has ended, so it returns
+		}
 	}()
 	if err := src.Start(ctx, handler[H]{x}); err != nil {
 		return fmt.Errorf("sink: starting the source: %w", err)
