@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -65,4 +66,56 @@ func TestRunnerCancelWhileWaitingForCommitter(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("Run still running 5 s after its context ended (DrainTimeout %v): the reader waits for a Commit that nothing ends", opts.DrainTimeout)
 	}
+}
+
+// unresolvedAtShutdown answers checkpoint 1's Commit, a moment after
+// Run's context has ended (Run is shutting down by then), with an
+// unresolved decision.
+type unresolvedAtShutdown struct {
+	*fake
+	entered chan struct{}
+	ctx     context.Context
+}
+
+func (u *unresolvedAtShutdown) Commit(ctx context.Context, h uint64) error {
+	if h == 1 {
+		close(u.entered)
+		<-u.ctx.Done()
+		time.Sleep(100 * time.Millisecond) // the reader has left its loop
+		return fmt.Errorf("sink: checkpoint 1: %w: the decision's reply was lost", ErrUnresolved)
+	}
+	return u.fake.Commit(ctx, h)
+}
+
+// idleSource returns its records in the first Poll, then none: each Poll
+// waits for its context, as a source with nothing new does.
+type idleSource struct{ memSource }
+
+func (s *idleSource) Poll(ctx context.Context) ([]Record, error) {
+	if !s.taken {
+		return s.memSource.Poll(ctx)
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestRunnerUnresolvedAtShutdown: a checkpoint whose decision comes back
+// unresolved while Run shuts down (its context ended) must not be
+// reported as a plain cancel: Run's error says ErrUnresolved, so that
+// the caller knows branches may stay prepared and undecided, holding
+// their locks until a restore settles them.
+func TestRunnerUnresolvedAtShutdown(t *testing.T) {
+	f := newFake()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &unresolvedAtShutdown{fake: f, entered: make(chan struct{}), ctx: ctx}
+	go func() {
+		<-c.entered
+		cancel()
+	}()
+	err := NewRunner[uint64](c, f, fastOpts()).Run(ctx, &idleSource{memSource{k: 1, n: 10, batch: 10}})
+	if !errors.Is(err, ErrUnresolved) {
+		t.Fatalf("Run: %v; want ErrUnresolved (checkpoint 1's decision came back unresolved while Run shut down)", err)
+	}
+	t.Logf("Run: %v", err)
 }
