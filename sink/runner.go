@@ -119,8 +119,9 @@ func NewRunner[H any](c Committer[H], o Owner, opts RunOptions) *Runner[H] {
 // when every partition was taken over, ErrUnresolved when a decision's
 // fate is unknown, the last error after MaxAborts aborts in a row, or the
 // source's error. When it returns, the open checkpoint is aborted and the
-// prepared ones were committed (or left to restore after DrainTimeout).
-// Run calls src.Start, not src.Close.
+// prepared ones were committed (or left to restore after DrainTimeout); a
+// decision among them that came back unresolved is joined to the error
+// (errors.Is(err, ErrUnresolved)). Run calls src.Start, not src.Close.
 func (r *Runner[H]) Run(ctx context.Context, src Source) (err error) {
 	x := &run[H]{
 		r:       r,
@@ -163,7 +164,10 @@ func (r *Runner[H]) Run(ctx context.Context, src Source) (err error) {
 	defer func() {
 		stopSweeps()
 		<-sweeps
-		x.shutdown(ctx)
+		if f := x.shutdown(ctx); f != nil && !errors.Is(err, f) {
+			// A decision unresolved while draining: say so.
+			err = errors.Join(err, f)
+		}
 		cancelCommit()
 		x.mu.Lock()
 		close(x.commits)
@@ -460,10 +464,11 @@ func (x *run[H]) sweep(ctx context.Context) {
 }
 
 // shutdown aborts the open checkpoint and lets the committer finish the
-// queued ones, within DrainTimeout.
-func (x *run[H]) shutdown(ctx context.Context) {
+// queued ones, within DrainTimeout. It returns a failure among them worse
+// than an abort (an unresolved decision).
+func (x *run[H]) shutdown(ctx context.Context) error {
 	if x.stopped {
-		return
+		return nil
 	}
 	x.stopped = true
 	ctx = context.WithoutCancel(ctx)
@@ -473,7 +478,7 @@ func (x *run[H]) shutdown(ctx context.Context) {
 	for len(todo) > 0 {
 		a := todo[0]
 		todo = todo[1:]
-		switch a.(type) {
+		switch a := a.(type) {
 		case actWait:
 			select {
 			case acts := <-x.inbox:
@@ -482,13 +487,14 @@ func (x *run[H]) shutdown(ctx context.Context) {
 				todo = append(todo, x.step(evDrainTimeout{})...)
 			}
 		case actStopped:
-			return
+			return a.err
 		default:
 			if ev := x.perform(ctx, a); ev != nil {
 				todo = append(todo, x.step(ev)...)
 			}
 		}
 	}
+	return nil
 }
 
 // call performs a Handler's call. The machine takes one only while the
