@@ -43,8 +43,39 @@ func (mysqlDialect) compile(tb Table) statements {
 			set = []string{k + "=" + k}
 		}
 		st.conflict = " ON DUPLICATE KEY UPDATE " + strings.Join(set, ",")
+		keys := make([]string, len(tb.Key))
+		for i, k := range tb.Key {
+			keys[i] = myIdent(k)
+		}
+		st.del = "DELETE FROM " + strings.Join(parts, ".") + " WHERE " + keyList(keys) + " IN ("
 	}
 	return st
+}
+
+// keyList is the left side of a delete's IN: the key column, or a row of
+// them.
+func keyList(keys []string) string {
+	if len(keys) == 1 {
+		return keys[0]
+	}
+	return "(" + strings.Join(keys, ",") + ")"
+}
+
+// maxDeleteKeys bounds the keys of one DELETE statement.
+const maxDeleteKeys = 1000
+
+// deleteChunks calls f with the keys in chunks of at most maxDeleteKeys
+// and the placeholder limit.
+func deleteChunks(tb *table, keys [][]any, f func(keys [][]any) error) error {
+	n := max(1, min(maxDeleteKeys, maxPlaceholders/len(tb.Key)))
+	for len(keys) > 0 {
+		k := min(n, len(keys))
+		if err := f(keys[:k]); err != nil {
+			return err
+		}
+		keys = keys[k:]
+	}
+	return nil
 }
 
 func (mysqlDialect) writer(b xa.Branch) (rowWriter, error) {
@@ -118,6 +149,39 @@ func (w *myWriter) write(ctx context.Context, tb *table, rows [][]any) error {
 		rows = rows[n:]
 	}
 	return nil
+}
+
+// delete sends DELETE ... WHERE key IN (...), in chunks.
+func (w *myWriter) delete(ctx context.Context, tb *table, keys [][]any) error {
+	tuple := "?"
+	if len(tb.Key) > 1 {
+		tuple = "(" + strings.TrimSuffix(strings.Repeat("?,", len(tb.Key)), ",") + ")"
+	}
+	return deleteChunks(tb, keys, func(keys [][]any) error {
+		var sb strings.Builder
+		sb.WriteString(tb.sql.del)
+		args := make([]any, 0, len(keys)*len(tb.Key))
+		for i, k := range keys {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			sb.WriteString(tuple)
+			args = append(args, k...)
+		}
+		sb.WriteByte(')')
+		st, err := w.statement(ctx, sb.String())
+		if err == nil {
+			if st != nil {
+				_, err = st.ExecContext(ctx, args...)
+			} else {
+				_, err = w.c.ExecContext(ctx, sb.String(), args...)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("sink: deleting %d rows by key from %s on %s: %w", len(keys), tb.Name, tb.Target, err)
+		}
+		return nil
+	})
 }
 
 // statement returns the branch's prepared statement of query, preparing
