@@ -1,6 +1,7 @@
 package sqlsink
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/xadb/xa/sink"
@@ -49,7 +50,7 @@ func DebeziumMapping(tables []Table) (MapFunc, error) {
 		}
 		ev, ok := doc.(map[string]any)
 		if !ok {
-			return nil, fmt.Errorf("not a Debezium change event: the value is not a JSON object")
+			return nil, errors.New("not a Debezium change event: the value is not a JSON object")
 		}
 		if p, ok := ev["payload"]; ok {
 			if _, ok := ev["schema"]; ok {
@@ -57,7 +58,7 @@ func DebeziumMapping(tables []Table) (MapFunc, error) {
 					return nil, nil
 				}
 				if ev, ok = p.(map[string]any); !ok {
-					return nil, fmt.Errorf("not a Debezium change event: its payload is not a JSON object")
+					return nil, errors.New("not a Debezium change event: its payload is not a JSON object")
 				}
 			}
 		}
@@ -68,15 +69,15 @@ func DebeziumMapping(tables []Table) (MapFunc, error) {
 		case "d":
 			image, del = "before", true
 		case "":
-			return nil, fmt.Errorf("not a Debezium change event: no op")
+			return nil, errors.New("not a Debezium change event: no op")
 		case "t":
-			return nil, fmt.Errorf("Debezium op t (truncate): the sink does not apply a truncate")
+			return nil, errors.New("op t (truncate) of a Debezium event: the sink does not apply a truncate")
 		default:
-			return nil, fmt.Errorf("Debezium op %q: the sink applies c, r, u and d", op)
+			return nil, fmt.Errorf("op %q of a Debezium event: the sink applies c, r, u and d", op)
 		}
 		row, ok := ev[image].(map[string]any)
 		if !ok {
-			return nil, fmt.Errorf("Debezium op %s without %q, the row image it needs", op, image)
+			return nil, fmt.Errorf("op %s of a Debezium event without %q, the row image it needs", op, image)
 		}
 		return m.rows(&r, row, row, del)
 	}, nil

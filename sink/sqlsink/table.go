@@ -146,3 +146,29 @@ func (t *table) columnNames() []string {
 	}
 	return names
 }
+
+// keyList is the left side of a delete's IN: the key column, or a row of
+// them.
+func keyList(keys []string) string {
+	if len(keys) == 1 {
+		return keys[0]
+	}
+	return "(" + strings.Join(keys, ",") + ")"
+}
+
+// maxDeleteKeys bounds the keys of one DELETE statement.
+const maxDeleteKeys = 1000
+
+// deleteChunks calls f with the keys in chunks of at most maxDeleteKeys
+// and the placeholder limit.
+func deleteChunks(tb *table, keys [][]any, f func(keys [][]any) error) error {
+	n := max(1, min(maxDeleteKeys, maxPlaceholders/len(tb.Key)))
+	for len(keys) > 0 {
+		k := min(n, len(keys))
+		if err := f(keys[:k]); err != nil {
+			return err
+		}
+		keys = keys[k:]
+	}
+	return nil
+}
