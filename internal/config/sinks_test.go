@@ -145,6 +145,8 @@ func TestSinkValidate(t *testing.T) {
 		{"negative interval", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    checkpoint: {interval: -1s}\n"), []string{"checkpoint.interval must not be negative"}},
 		{"bad interval", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    checkpoint: {interval: often}\n"), []string{`"often" is not a duration`}},
 		{"negative instances", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    instances: -2\n"), []string{"instances must not be negative"}},
+		{"unknown format", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    format: avro\n"), []string{`sink "orders": format "avro": want json or debezium`}},
+		{"debezium with an insert table", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    format: debezium\n"), []string{`sink "orders": table "orders": format debezium needs mode: upsert`}},
 		{"negative grace", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    restore_grace: -5s\n"), []string{"restore_grace must not be negative"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -193,5 +195,26 @@ func TestSinkValidateSharedGroup(t *testing.T) {
 	}
 	if _, err := parseSinks(t, sinkBase+strings.Replace(second, "group: orders-sink", "group: orders-copy", 1)); err != nil {
 		t.Fatalf("two sinks with groups of their own: %v", err)
+	}
+}
+
+// TestSinkFormat: format defaults to json; format debezium with upsert
+// tables reaches the sink's configuration.
+func TestSinkFormat(t *testing.T) {
+	c, err := parseSinks(t, sinkBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Sinks[0]; s.Format != "json" || c.SinkConfig(s).Format != "json" {
+		t.Errorf("default format: %q", s.Format)
+	}
+	text := strings.Replace(sinkBase, "    targets: [maria, pg]\n", "    targets: [maria, pg]\n    format: Debezium\n", 1)
+	text = strings.Replace(text, "        columns: {id: $.id, body: $}\n", "        columns: {id: $.id, body: $}\n        mode: upsert\n        key: [id]\n", 1)
+	c, err = parseSinks(t, text)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	if s := c.Sinks[0]; c.SinkConfig(s).Format != "debezium" {
+		t.Errorf("format: %q", c.SinkConfig(s).Format)
 	}
 }
