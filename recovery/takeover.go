@@ -36,6 +36,10 @@ type ExpiredLease struct {
 	Epoch  int64
 	// Released: it was released (its node stopped), not left to expire.
 	Released bool
+	// Rescan: it was released clean, a while ago, and is looked at again
+	// for a branch prepared after the release by a process of its node
+	// that was paused past its lease (recovery/sqllog's RescanReleased).
+	Rescan bool
 	// Since is how long ago it expired or was released, by the store's
 	// clock.
 	Since time.Duration
@@ -208,6 +212,9 @@ func (t *Takeover) pass(ctx context.Context, start func(TakenLog, ExpiredLease))
 		if e.Released {
 			why = "taken over by a live node to recover what a stopped node may have left"
 		}
+		if e.Rescan {
+			why = "looked at again by a live node: a paused process of its node may have prepared a branch after its clean release"
+		}
 		taken, err := t.cfg.Store.TakeOver(ctx, e.Log, why)
 		if err != nil {
 			t.mu.Lock()
@@ -216,7 +223,11 @@ func (t *Takeover) pass(ctx context.Context, start func(TakenLog, ExpiredLease))
 			t.log.Info("not taking the decision log over", "node", e.Node, "log", e.Log, "err", err)
 			continue
 		}
-		t.log.Warn("took over a dead node's decision log; recovering its branches", "node", e.Node, "log", e.Log, "why", why)
+		if e.Rescan {
+			t.log.Info("looking at a released decision log again", "node", e.Node, "log", e.Log, "released_ago", e.Since.Round(time.Second))
+		} else {
+			t.log.Warn("took over a dead node's decision log; recovering its branches", "node", e.Node, "log", e.Log, "why", why)
+		}
 		start(taken, e)
 	}
 	return nil
@@ -274,7 +285,11 @@ func (t *Takeover) Recover(ctx context.Context, taken TakenLog, e ExpiredLease, 
 					return r
 				}
 				r.Released = true
-				t.log.Warn("recovered a dead node's decision log and released it", "node", node, "log", e.Log, "resolved_in", r.Resolved.Round(time.Millisecond),
+				level := slog.LevelWarn
+				if e.Rescan && r.Committed+r.RolledBack+r.Aborted == 0 {
+					level = slog.LevelInfo // nothing was left: the usual case
+				}
+				t.log.Log(ctx, level, "recovered a dead node's decision log and released it", "node", node, "log", e.Log, "resolved_in", r.Resolved.Round(time.Millisecond),
 					"committed", r.Committed, "rolled_back", r.RolledBack, "scans", r.Scans)
 				return r
 			}

@@ -224,8 +224,10 @@ type (
 	}
 	// actStop: Run returns err (after shutting down).
 	actStop struct{ err error }
-	// actStopped: the shutdown is over.
-	actStopped struct{}
+	// actStopped: the shutdown is over. err: a failure worse than an
+	// abort among the checkpoints drained (a decision unresolved), which
+	// Run reports with its own error.
+	actStopped struct{ err error }
 )
 
 // Committer actions: one at a time, in checkpoint order.
@@ -483,7 +485,7 @@ func (m *machine) step(ev event) []action {
 	case evDrainTimeout:
 		m.phase = phaseDone
 		return []action{actWarn{msg: "sink: checkpoints still committing at shutdown; restore will finish them", args: []any{"pending", len(m.queue)}},
-			actStopped{}}
+			actStopped{err: m.drainFailure()}}
 	}
 	return nil
 }
@@ -925,7 +927,18 @@ func (m *machine) drainAtShutdown() []action {
 
 func (m *machine) shutdownDone() []action {
 	m.phase = phaseDone
-	return append(m.acknowledge(), actStopped{})
+	return append(m.acknowledge(), actStopped{err: m.drainFailure()})
+}
+
+// drainFailure is the failure among the checkpoints that had their
+// outcome since the last recovery (those drained at shutdown) when it is
+// worse than an abort: an unresolved decision must not be lost behind the
+// error Run stops with.
+func (m *machine) drainFailure() error {
+	if f := m.failed; f != nil && (!errors.Is(f, ErrAborted) || errors.Is(f, ErrClosed) || errors.Is(f, ErrUnresolved)) {
+		return f
+	}
+	return nil
 }
 
 // worse returns the failure that decides whether Run goes on: f, one

@@ -33,8 +33,9 @@ import (
 // every partition and reads to the end without faults.
 //
 // Properties: at every moment, each partition's position in the progress
-// store never runs ahead of its rows and no record has two rows; at the
-// end, every record of the source has exactly one row.
+// store never runs ahead of its rows and no record has two rows; no
+// position is acknowledged to the source ahead of the progress store; at
+// the end, every record of the source has exactly one row.
 func TestExactlyOnceUnderFaults(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		w := newWorld(rt)
@@ -566,6 +567,15 @@ func (w *world) perform(in *simInst, a action) event {
 		return evAborted{n: a.n, err: w.storeAbort(in, a.n)}
 	case actPause:
 		return evPaused{}
+	case actAck:
+		// An acknowledgement is a copy of the progress store: it never
+		// runs ahead of the committed positions (and so of their rows).
+		for _, p := range slices.Sorted(maps.Keys(a.positions)) {
+			pos, err := strconv.Atoi(a.positions[p])
+			if err != nil || pos > s.progress[p] {
+				w.rt.Fatalf("i%d acknowledges %s at %q, its progress is %d; trace:\n%s", in.id, p, a.positions[p], s.progress[p], w.trace())
+			}
+		}
 	case actRewind:
 		if w.down() {
 			return evRewound{err: errDown}

@@ -272,7 +272,11 @@ func formatActions(acts []action) string {
 		case actStop:
 			fmt.Fprintf(&b, "stop: %s\n", formatErr(a.err))
 		case actStopped:
-			b.WriteString("stopped\n")
+			if a.err != nil {
+				fmt.Fprintf(&b, "stopped: %s\n", formatErr(a.err))
+			} else {
+				b.WriteString("stopped\n")
+			}
 		case actCommit:
 			fmt.Fprintf(&b, "committer: commit %d\n", a.n)
 		case actAbortQueued:

@@ -47,7 +47,9 @@ type RunOptions struct {
 	SweepInterval time.Duration
 	// DrainTimeout bounds how long Run waits, when it stops, for the
 	// checkpoints already prepared to be decided and committed (default
-	// 30 s); what is left goes to restore.
+	// 30 s); what is left goes to restore. Once Run's context ends, the
+	// committer's context ends DrainTimeout later, whatever the reader
+	// was doing then (waiting for a slot or for a drain).
 	DrainTimeout time.Duration
 	// Observer receives counts and durations; nil: none.
 	Observer Observer
@@ -117,8 +119,9 @@ func NewRunner[H any](c Committer[H], o Owner, opts RunOptions) *Runner[H] {
 // when every partition was taken over, ErrUnresolved when a decision's
 // fate is unknown, the last error after MaxAborts aborts in a row, or the
 // source's error. When it returns, the open checkpoint is aborted and the
-// prepared ones were committed (or left to restore after DrainTimeout).
-// Run calls src.Start, not src.Close.
+// prepared ones were committed (or left to restore after DrainTimeout); a
+// decision among them that came back unresolved is joined to the error
+// (errors.Is(err, ErrUnresolved)). Run calls src.Start, not src.Close.
 func (r *Runner[H]) Run(ctx context.Context, src Source) (err error) {
 	x := &run[H]{
 		r:       r,
@@ -132,6 +135,21 @@ func (r *Runner[H]) Run(ctx context.Context, src Source) (err error) {
 		inbox:   make(chan []action, 1),
 	}
 	commitCtx, cancelCommit := context.WithCancel(context.WithoutCancel(ctx))
+	// Once ctx ends, the committer has DrainTimeout to finish what it
+	// holds: a reader that waits for it (a slot, a drain) does not look at
+	// ctx, and would otherwise wait for as long as a Commit that does not
+	// answer takes. What is left goes to restore.
+	drainClock := make(chan struct{})
+	stopDrainClock := context.AfterFunc(ctx, func() {
+		defer close(drainClock)
+		t := time.NewTimer(r.opts.DrainTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancelCommit()
+		case <-commitCtx.Done():
+		}
+	})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -146,12 +164,18 @@ func (r *Runner[H]) Run(ctx context.Context, src Source) (err error) {
 	defer func() {
 		stopSweeps()
 		<-sweeps
-		x.shutdown(ctx)
+		if f := x.shutdown(ctx); f != nil && !errors.Is(err, f) {
+			// A decision unresolved while draining: say so.
+			err = errors.Join(err, f)
+		}
 		cancelCommit()
 		x.mu.Lock()
 		close(x.commits)
 		x.mu.Unlock()
 		<-done
+		if !stopDrainClock() {
+			<-drainClock // it ran: commitCtx has ended, so it returns
+		}
 	}()
 	if err := src.Start(ctx, handler[H]{x}); err != nil {
 		return fmt.Errorf("sink: starting the source: %w", err)
@@ -440,10 +464,11 @@ func (x *run[H]) sweep(ctx context.Context) {
 }
 
 // shutdown aborts the open checkpoint and lets the committer finish the
-// queued ones, within DrainTimeout.
-func (x *run[H]) shutdown(ctx context.Context) {
+// queued ones, within DrainTimeout. It returns a failure among them worse
+// than an abort (an unresolved decision).
+func (x *run[H]) shutdown(ctx context.Context) error {
 	if x.stopped {
-		return
+		return nil
 	}
 	x.stopped = true
 	ctx = context.WithoutCancel(ctx)
@@ -453,7 +478,7 @@ func (x *run[H]) shutdown(ctx context.Context) {
 	for len(todo) > 0 {
 		a := todo[0]
 		todo = todo[1:]
-		switch a.(type) {
+		switch a := a.(type) {
 		case actWait:
 			select {
 			case acts := <-x.inbox:
@@ -462,13 +487,14 @@ func (x *run[H]) shutdown(ctx context.Context) {
 				todo = append(todo, x.step(evDrainTimeout{})...)
 			}
 		case actStopped:
-			return
+			return a.err
 		default:
 			if ev := x.perform(ctx, a); ev != nil {
 				todo = append(todo, x.step(ev)...)
 			}
 		}
 	}
+	return nil
 }
 
 // call performs a Handler's call. The machine takes one only while the

@@ -47,6 +47,14 @@ type Sink struct {
 	// on_error: dead_letter (default 100): more is a systematic failure,
 	// and the checkpoint aborts.
 	MaxDeadLetters int `yaml:"max_dead_letters"`
+	// Format is what the records' values are: json (default: a JSON
+	// document each; a null value, a tombstone, deletes its key's row
+	// from upsert tables keyed by the record's key) or debezium (Debezium
+	// change events: create, read and update upsert the row, delete
+	// deletes it; every table is mode upsert, and the columns' JSON paths
+	// read the row image). See docs/sink.md, "Tombstones and change data
+	// capture".
+	Format string `yaml:"format"`
 	// StallAfter: an instance that has committed no checkpoint for this
 	// long while partitions of the sink have records waiting whose
 	// positions have not moved for as long reports a stall (a warning,
@@ -220,6 +228,10 @@ func (s *Sink) sinkDefaults() {
 	if s.ShutdownTimeout == 0 {
 		s.ShutdownTimeout = Duration(DefaultShutdownTimeout)
 	}
+	s.Format = strings.ToLower(s.Format)
+	if s.Format == "" {
+		s.Format = sqlsink.FormatJSON
+	}
 }
 
 // validateSinks checks the sinks: names, sources, targets against the
@@ -288,6 +300,21 @@ func (c *Config) validateSinks() []error {
 		}
 		if s.ShutdownTimeout < 0 {
 			errs = append(errs, fmt.Errorf("%s: shutdown_timeout must not be negative", where))
+		}
+		switch s.Format {
+		case "", sqlsink.FormatJSON:
+		case sqlsink.FormatDebezium:
+			for i, t := range s.Tables {
+				if t.Mode != ModeUpsert {
+					name := t.Name
+					if name == "" {
+						name = fmt.Sprintf("tables[%d]", i)
+					}
+					errs = append(errs, fmt.Errorf("%s: table %q: format debezium needs mode: upsert (and key): a change event updates and deletes rows by key", where, name))
+				}
+			}
+		default:
+			errs = append(errs, fmt.Errorf("%s: format %q: want json or debezium", where, s.Format))
 		}
 	}
 	return errs
@@ -586,7 +613,8 @@ func (s Sink) SinkTables() []sqlsink.Table {
 // tables' column mappings).
 func (c *Config) SinkConfig(s Sink) sqlsink.Config {
 	return sqlsink.Config{Name: s.Name, Targets: c.SinkTargets(s), Progress: s.Progress, Tables: s.SinkTables(),
-		RestoreGrace: time.Duration(s.RestoreGrace), OnError: sqlsink.OnError(s.OnError), MaxDeadLetters: s.MaxDeadLetters}
+		RestoreGrace: time.Duration(s.RestoreGrace), OnError: sqlsink.OnError(s.OnError), MaxDeadLetters: s.MaxDeadLetters,
+		Format: s.Format}
 }
 
 // RunOptions returns the checkpoint settings of s as sink.RunOptions.

@@ -150,6 +150,8 @@ func TestSinkValidate(t *testing.T) {
 		{"stall_exit before stall_after", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    stall_after: 5m\n    stall_exit: 1m\n"), []string{"stall_exit 1m0s is shorter than stall_after 5m0s"}},
 		{"negative shutdown_timeout", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    shutdown_timeout: -5s\n"), []string{"shutdown_timeout must not be negative"}},
 		{"kafka negative rebalance_timeout", src("      kind: kafka\n      brokers: [k:1]\n      group: g\n      topics: [t]\n      rebalance_timeout: -1s\n"), []string{"source.rebalance_timeout: must not be negative"}},
+		{"unknown format", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    format: avro\n"), []string{`sink "orders": format "avro": want json or debezium`}},
+		{"debezium with an insert table", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    format: debezium\n"), []string{`sink "orders": table "orders": format debezium needs mode: upsert`}},
 		{"negative grace", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    restore_grace: -5s\n"), []string{"restore_grace must not be negative"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,5 +200,26 @@ func TestSinkValidateSharedGroup(t *testing.T) {
 	}
 	if _, err := parseSinks(t, sinkBase+strings.Replace(second, "group: orders-sink", "group: orders-copy", 1)); err != nil {
 		t.Fatalf("two sinks with groups of their own: %v", err)
+	}
+}
+
+// TestSinkFormat: format defaults to json; format debezium with upsert
+// tables reaches the sink's configuration.
+func TestSinkFormat(t *testing.T) {
+	c, err := parseSinks(t, sinkBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Sinks[0]; s.Format != "json" || c.SinkConfig(s).Format != "json" {
+		t.Errorf("default format: %q", s.Format)
+	}
+	text := strings.Replace(sinkBase, "    targets: [maria, pg]\n", "    targets: [maria, pg]\n    format: Debezium\n", 1)
+	text = strings.Replace(text, "        columns: {id: $.id, body: $}\n", "        columns: {id: $.id, body: $}\n        mode: upsert\n        key: [id]\n", 1)
+	c, err = parseSinks(t, text)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	if s := c.Sinks[0]; c.SinkConfig(s).Format != "debezium" {
+		t.Errorf("format: %q", c.SinkConfig(s).Format)
 	}
 }

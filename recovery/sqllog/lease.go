@@ -115,8 +115,10 @@ func (l *Log) acquire(ctx context.Context, mode acquireMode, reason string) erro
 	case r.heldAlive:
 		return fmt.Errorf("%w: node %s's log is held by %s (epoch %d, %s), renewed %v ago, expires in %v by the database's clock",
 			ErrLeaseHeld, l.ident.Node, r.holder, r.epoch, r.kind, usAgo(r.now-r.renewed), usAgo(r.expires-r.now))
-	case r.free && r.clean && mode == acquireTakeover:
-		// Another process recovered it since the caller looked.
+	case r.free && r.clean && mode == acquireTakeover &&
+		(l.opts.RescanReleased <= 0 || r.now-r.expires < l.opts.RescanReleased.Microseconds()):
+		// Another process recovered it since the caller looked (a log
+		// released clean is looked at again only RescanReleased later).
 		return fmt.Errorf("%w: node %s's log was released with nothing in doubt: nothing to take over", ErrNothingToTakeOver, l.ident.Node)
 	case r.expired:
 		up, err := l.uptime(ctx)

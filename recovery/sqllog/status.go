@@ -153,7 +153,8 @@ type peers struct {
 }
 
 // Expired returns the peers' logs whose lease expired, or was released
-// with work possibly left.
+// with work possibly left, or released clean more than
+// Options.RescanReleased ago.
 func (p peers) Expired(ctx context.Context) ([]recovery.ExpiredLease, error) {
 	logs, err := p.s.Logs(ctx)
 	if err != nil {
@@ -170,6 +171,9 @@ func (p peers) Expired(ctx context.Context) ([]recovery.ExpiredLease, error) {
 			out = append(out, recovery.ExpiredLease{Log: st.Identity.ID, Node: n, Holder: st.Holder, Epoch: st.LeaseEpoch, Since: -st.ExpiresIn})
 		case st.State == StateFree && !st.Clean:
 			out = append(out, recovery.ExpiredLease{Log: st.Identity.ID, Node: n, Holder: st.Holder, Epoch: st.LeaseEpoch, Released: true, Since: -st.ExpiresIn})
+		case st.State == StateFree && p.s.opts.RescanReleased > 0 && -st.ExpiresIn >= p.s.opts.RescanReleased:
+			// Released clean a while ago: looked at again (Options.RescanReleased).
+			out = append(out, recovery.ExpiredLease{Log: st.Identity.ID, Node: n, Holder: st.Holder, Epoch: st.LeaseEpoch, Released: true, Rescan: true, Since: -st.ExpiresIn})
 		}
 	}
 	return out, nil

@@ -71,6 +71,20 @@ type Options struct {
 	// the database's clock is the only one that decides.
 	DBNow func() time.Time
 
+	// RescanReleased is how long a log released clean stays free before
+	// the takeover of its peers (Peers) looks at it again (default
+	// DefaultRescanReleased; negative: never). A clean release says
+	// nothing was in doubt when the releasing scan ended, not that nothing
+	// will be: a process of the log's node that was paused past its lease
+	// may still prepare a branch after the release (prepares carry no
+	// epoch), find its decision refused, and die before rolling it back;
+	// no live node would ever look at that log again, and the branch
+	// would hold its locks until an operator acts (docs/model.md, finding
+	// 5). The rescan takes the log over like any other, presumes the
+	// branch aborted at once (its node can no longer decide anything) and
+	// releases it clean again.
+	RescanReleased time.Duration
+
 	// OnBatch, if set, is called after each group-commit batch with its
 	// commit records, its forgets and the time it took. It must return
 	// quickly.
@@ -79,6 +93,10 @@ type Options struct {
 	// Logger receives the lease's events and warnings. Nil discards.
 	Logger *slog.Logger
 }
+
+// DefaultRescanReleased is Options.RescanReleased's default: how long a
+// branch prepared after its log's clean release may hold its locks.
+const DefaultRescanReleased = time.Minute
 
 func (o Options) withDefaults(who string) Options {
 	// who names the process in a default Holder.
@@ -90,6 +108,9 @@ func (o Options) withDefaults(who string) Options {
 	}
 	if o.LeaseWait == 0 {
 		o.LeaseWait = 3 * o.LeaseTTL
+	}
+	if o.RescanReleased == 0 {
+		o.RescanReleased = DefaultRescanReleased
 	}
 	if o.Pipeline <= 0 {
 		o.Pipeline = 1

@@ -172,3 +172,67 @@ func TestTakeoverResolvesADeadNode(t *testing.T) {
 		})
 	}
 }
+
+// TestLatePrepareAfterACleanRelease is the model's finding 5
+// (docs/model.md, finding 5): n1's process is paused past its
+// lease, n2 takes n1's log over, finds nothing in doubt and releases it
+// clean; n1's process resumes, prepares a branch (prepares carry no
+// epoch; its decision write would be refused), and dies for good. No node
+// holds n1's log, and it was released clean: without a rescan the branch
+// would stay prepared, holding its locks, until an operator acts. With
+// Options.RescanReleased, n2 looks at the log again and rolls it back.
+func TestLatePrepareAfterACleanRelease(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db, d, _ := newDB(t, kind)
+			const ttl = time.Second
+			s1 := newStore(t, db, d, sqllog.Options{Holder: "n1-proc", LeaseTTL: ttl})
+			s2 := newStore(t, db, d, sqllog.Options{Holder: "n2-proc", LeaseTTL: ttl, RescanReleased: 500 * time.Millisecond})
+			l1, err := s1.Create(ctx, newIdent(t, "n1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sqllog.Abandon(l1) // paused: no more renewals
+			db0, db1 := memrm.NewDB(), memrm.NewDB()
+			rm0, rm1 := memrm.New("maria", db0, nil), memrm.New("pg", db1, nil)
+			reports := make(chan recovery.TakeoverReport, 100)
+			tk, err := recovery.NewTakeover(recovery.TakeoverConfig{Store: s2.Peers("n2", nil), Participants: []xa.ResourceManager{rm0, rm1},
+				Interval: 100 * time.Millisecond, Report: func(r recovery.TakeoverReport) { reports <- r }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { tk.Run(rctx); close(done) }()
+			defer func() { stop(); <-done }()
+			select {
+			case r := <-reports:
+				if !r.Released || r.Err != nil {
+					t.Fatalf("first takeover of n1's log: %+v; want released clean", r)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("no takeover of n1's expired log within 30 s")
+			}
+			// n1's process resumes and prepares after the clean release.
+			late, _ := xa.NewGlobalID("n1", time.Now())
+			for i, rm := range []*memrm.RM{rm0, rm1} {
+				prepare(t, rm, l1.Identity(), late, i, 5)
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for len(db0.Prepared())+len(db1.Prepared()) > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("branches prepared after n1's log was released clean are still prepared 20 s later: %v %v",
+						db0.Prepared(), db1.Prepared())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			for i, mdb := range []*memrm.DB{db0, db1} {
+				if _, c := mdb.Get(5); c {
+					t.Errorf("participant %d: the late branch's row is committed", i)
+				}
+			}
+		})
+	}
+}

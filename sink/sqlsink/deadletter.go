@@ -68,7 +68,7 @@ func (in *instance) deadLetter(c *checkpoint, r *sink.Record, err *MappingError)
 		c.bufs[deadTableID] = buf
 	}
 	buf.add(tb, []any{in.s.cfg.Name, int64(c.h.Incarnation), int64(c.h.Checkpoint), int64(c.dead), r.Partition, r.Next,
-		bytesOrNil(r.Key), bytesOrNil(r.Value), err.Err.Error(), time.Now().UTC()})
+		bytesOrNil(r.Key), bytesOrNil(r.Value), err.Err.Error(), time.Now().UTC()}, false)
 	in.log.Warn("sink: a bad record goes to the dead-letter table", "partition", r.Partition, "position", r.Next, "err", err.Err)
 	return nil
 }

@@ -51,6 +51,9 @@ type statements struct {
 	conflict string
 	// ident is the table's name, split at its dot (PostgreSQL's COPY).
 	ident []string
+	// del starts a delete by key, "DELETE FROM t WHERE k IN (" or
+	// "DELETE FROM t WHERE (k1,k2) IN ("; "" for an insert table.
+	del string
 }
 
 // rowWriter writes rows on one branch's session. A failed statement is not
@@ -58,6 +61,10 @@ type statements struct {
 // are sent one after the other (flushTargets), never at once.
 type rowWriter interface {
 	write(ctx context.Context, tb *table, rows [][]any) error
+	// delete deletes an upsert table's rows by key: each of keys holds
+	// the Key columns' values, in Key's order. A key without a row is no
+	// error (a delete applied again changes nothing).
+	delete(ctx context.Context, tb *table, keys [][]any) error
 }
 
 // store is a dialect's pool of plain sessions on one target. The progress

@@ -9,7 +9,9 @@
 // Sink (Open, Config) runs instances (Run, External) whose
 // sink.Committer[Handle], sink.Owner and sink.Restorer work over targets
 // opened through the driver registry: records become rows (Config.Map, or
-// JSONMapping of the tables' Column.From), written in one XA branch per
+// by Config.Format JSONMapping of the tables' Column.From, where a
+// tombstone deletes by key, or DebeziumMapping of change events; a
+// Row.Delete deletes an upsert table's row by key), written in one XA branch per
 // target and checkpoint by the target's dialect (one per database, chosen
 // from its driver: mysql*.go, postgres*.go): multi-row INSERT/UPSERT on
 // MySQL, COPY/batched UPSERT on PostgreSQL. The progress target holds

@@ -227,6 +227,7 @@ func (in *instance) Write(ctx context.Context, h Handle, records []sink.Record) 
 			id   string
 			tb   *table
 			vals []any
+			del  bool
 		}
 		var ok []fitted
 		var bad *MappingError
@@ -243,12 +244,16 @@ func (in *instance) Write(ctx context.Context, h Handle, records []sink.Record) 
 				return &MappingError{Partition: r.Partition, Position: r.Next,
 					Err: fmt.Errorf("table %s: %d values for %d columns", row.Table, len(row.Values), len(tb.Columns))}
 			}
+			if row.Delete && !tb.Upsert {
+				bad = &MappingError{Partition: r.Partition, Position: r.Next, Err: fmt.Errorf("table %s: a delete by key, but the table is not an upsert table (it has no key to delete by)", row.Table)}
+				break
+			}
 			vals, err := tb.fit(row.Values)
 			if err != nil {
 				bad = &MappingError{Partition: r.Partition, Position: r.Next, Err: err}
 				break
 			}
-			ok = append(ok, fitted{id, tb, vals})
+			ok = append(ok, fitted{id, tb, vals, row.Delete})
 		}
 		if bad != nil {
 			if err := in.deadLetter(c, r, bad); err != nil {
@@ -262,7 +267,7 @@ func (in *instance) Write(ctx context.Context, h Handle, records []sink.Record) 
 				buf = &buffer{}
 				c.bufs[f.id] = buf
 			}
-			buf.add(f.tb, f.vals)
+			buf.add(f.tb, f.vals, f.del)
 		}
 	}
 	if part != "" {
@@ -339,8 +344,18 @@ func (in *instance) flush(ctx context.Context, c *checkpoint, tb *table, buf *bu
 	if lb.branch() == nil {
 		return fmt.Errorf("sink: the branch on %s has ended", tb.Target)
 	}
-	if err := lb.w.write(ctx, tb, buf.rows); err != nil {
-		return err
+	// A key is in the buffer once (buffer.add): its deletes and its rows
+	// may go in either order.
+	rows, keys := buf.split(tb)
+	if len(keys) > 0 {
+		if err := lb.w.delete(ctx, tb, keys); err != nil {
+			return err
+		}
+	}
+	if len(rows) > 0 {
+		if err := lb.w.write(ctx, tb, rows); err != nil {
+			return err
+		}
 	}
 	buf.reset()
 	return nil

@@ -68,6 +68,11 @@ type Column struct {
 type Row struct {
 	Table  string
 	Values []any
+	// Delete: delete the table's row whose key is the Key columns' values
+	// (the other values are ignored) instead of writing a row; only for
+	// an upsert table. Within a checkpoint the last row or delete of a
+	// key, in source order, is what is applied.
+	Delete bool
 }
 
 // MapFunc turns a record into rows (any number, for any tables). An error
@@ -284,17 +289,51 @@ func jsonNumber(text string) any {
 // JSONMapping returns the MapFunc of the tables' column mappings: every
 // record gives one row to every table, each column's value taken from
 // Column.From.
+//
+// A tombstone (a record whose value is null: Record.Value nil) deletes
+// the row of its key from every table, which must then be an upsert table
+// whose Key columns all come from the record's key (From "key"); for any
+// other table a tombstone has no row to delete, and it is a bad record
+// (docs/sink.md, "Tombstones"), as is a tombstone without a key.
 func JSONMapping(tables []Table) (MapFunc, error) {
-	type tab struct {
-		id    string
-		srcs  []colSource
-		names []string
-		froms []string
+	m, err := compileMapping(tables)
+	if err != nil {
+		return nil, err
 	}
-	var tabs []tab
-	needDoc := false
+	return func(r sink.Record) ([]Row, error) {
+		if r.Value == nil {
+			return m.tombstone(&r)
+		}
+		var doc any
+		if m.needDoc {
+			var err error
+			if doc, err = decodeJSON(r.Value); err != nil {
+				return nil, err
+			}
+		}
+		return m.rows(&r, doc, nil, false)
+	}, nil
+}
+
+// mapping is the tables' column mappings, compiled.
+type mapping struct {
+	tabs    []mappedTable
+	needDoc bool
+}
+
+type mappedTable struct {
+	id     string
+	upsert bool
+	key    []int // indexes of the Key columns in srcs
+	srcs   []colSource
+	names  []string
+	froms  []string
+}
+
+func compileMapping(tables []Table) (*mapping, error) {
+	m := &mapping{}
 	for _, t := range tables {
-		tb := tab{id: t.id()}
+		tb := mappedTable{id: t.id(), upsert: t.Upsert}
 		for _, c := range t.Columns {
 			s, err := parseFrom(c.From)
 			if err != nil {
@@ -305,7 +344,10 @@ func JSONMapping(tables []Table) (MapFunc, error) {
 				return nil, fmt.Errorf("%w: table %s column %s: required is for a JSON path, not %q", sink.ErrConfig, t.id(), c.Name, c.From)
 			}
 			s.required = req
-			needDoc = needDoc || s.kind == srcPath
+			m.needDoc = m.needDoc || s.kind == srcPath
+			if slices.Contains(t.Key, c.Name) {
+				tb.key = append(tb.key, len(tb.srcs))
+			}
 			tb.srcs = append(tb.srcs, s)
 			tb.names = append(tb.names, c.Name)
 			tb.froms = append(tb.froms, c.From)
@@ -315,39 +357,78 @@ func JSONMapping(tables []Table) (MapFunc, error) {
 				return nil, fmt.Errorf("%w: table %s: required column %s is not among its columns", sink.ErrConfig, t.id(), r)
 			}
 		}
-		tabs = append(tabs, tb)
+		m.tabs = append(m.tabs, tb)
 	}
-	return func(r sink.Record) ([]Row, error) {
-		var doc any
-		if needDoc {
-			d := json.NewDecoder(bytes.NewReader(r.Value))
-			d.UseNumber()
-			if err := d.Decode(&doc); err != nil {
-				return nil, fmt.Errorf("value is not JSON: %w", err)
+	return m, nil
+}
+
+// decodeJSON decodes a record's value, numbers as json.Number.
+func decodeJSON(b []byte) (any, error) {
+	var doc any
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	if err := d.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("value is not JSON: %w", err)
+	}
+	if d.More() {
+		return nil, errors.New("value holds more than one JSON value")
+	}
+	return doc, nil
+}
+
+// rows maps r to one row per table, its JSON paths into doc. whole, if
+// not nil, is the value of a column "$" (else r.Value as text). del: the
+// rows are deletes by key, and only the key columns are mapped (each must
+// reach a value).
+func (m *mapping) rows(r *sink.Record, doc any, whole any, del bool) ([]Row, error) {
+	rows := make([]Row, len(m.tabs))
+	for i, t := range m.tabs {
+		vals := make([]any, len(t.srcs))
+		for j, s := range t.srcs {
+			if del && !slices.Contains(t.key, j) {
+				continue
 			}
-			if d.More() {
-				return nil, errors.New("value holds more than one JSON value")
+			var v any
+			var err error
+			if s.kind == srcWhole && whole != nil {
+				v, err = jsonValue(whole)
+			} else {
+				v, err = s.value(r, doc)
+			}
+			switch {
+			case err == errMissing && (s.required || del):
+				return nil, fmt.Errorf("table %s: %w", t.id, &MissingError{Column: t.names[j], Path: t.froms[j]})
+			case err == errMissing:
+				v = nil
+			case err != nil:
+				return nil, fmt.Errorf("table %s column %s: %w", t.id, t.names[j], err)
+			}
+			if del && v == nil {
+				return nil, fmt.Errorf("table %s: a delete whose key column %s (%s) is null", t.id, t.names[j], t.froms[j])
+			}
+			vals[j] = v
+		}
+		rows[i] = Row{Table: t.id, Values: vals, Delete: del}
+	}
+	return rows, nil
+}
+
+// tombstone maps a record without a value to deletes by its key.
+func (m *mapping) tombstone(r *sink.Record) ([]Row, error) {
+	for _, t := range m.tabs {
+		if !t.upsert {
+			return nil, fmt.Errorf("a tombstone (a record whose value is null) for table %s, which is not an upsert table: it has no row to delete", t.id)
+		}
+		for _, j := range t.key {
+			if t.srcs[j].kind != srcKey {
+				return nil, fmt.Errorf("a tombstone (a record whose value is null) for table %s, whose key column %s comes from %s, not from the record's key: a tombstone deletes by the record's key", t.id, t.names[j], t.froms[j])
 			}
 		}
-		rows := make([]Row, len(tabs))
-		for i, t := range tabs {
-			vals := make([]any, len(t.srcs))
-			for j, s := range t.srcs {
-				v, err := s.value(&r, doc)
-				switch {
-				case err == errMissing && s.required:
-					return nil, fmt.Errorf("table %s: %w", t.id, &MissingError{Column: t.names[j], Path: t.froms[j]})
-				case err == errMissing:
-					v = nil
-				case err != nil:
-					return nil, fmt.Errorf("table %s column %s: %w", t.id, t.names[j], err)
-				}
-				vals[j] = v
-			}
-			rows[i] = Row{Table: t.id, Values: vals}
-		}
-		return rows, nil
-	}, nil
+	}
+	if r.Key == nil {
+		return nil, errors.New("a tombstone (a record whose value is null) without a key: nothing to delete")
+	}
+	return m.rows(r, nil, nil, true)
 }
 
 func (t Table) id() string {

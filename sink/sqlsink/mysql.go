@@ -43,6 +43,11 @@ func (mysqlDialect) compile(tb Table) statements {
 			set = []string{k + "=" + k}
 		}
 		st.conflict = " ON DUPLICATE KEY UPDATE " + strings.Join(set, ",")
+		keys := make([]string, len(tb.Key))
+		for i, k := range tb.Key {
+			keys[i] = myIdent(k)
+		}
+		st.del = "DELETE FROM " + strings.Join(parts, ".") + " WHERE " + keyList(keys) + " IN ("
 	}
 	return st
 }
@@ -118,6 +123,39 @@ func (w *myWriter) write(ctx context.Context, tb *table, rows [][]any) error {
 		rows = rows[n:]
 	}
 	return nil
+}
+
+// delete sends DELETE ... WHERE key IN (...), in chunks.
+func (w *myWriter) delete(ctx context.Context, tb *table, keys [][]any) error {
+	tuple := "?"
+	if len(tb.Key) > 1 {
+		tuple = "(" + strings.TrimSuffix(strings.Repeat("?,", len(tb.Key)), ",") + ")"
+	}
+	return deleteChunks(tb, keys, func(keys [][]any) error {
+		var sb strings.Builder
+		sb.WriteString(tb.sql.del)
+		args := make([]any, 0, len(keys)*len(tb.Key))
+		for i, k := range keys {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			sb.WriteString(tuple)
+			args = append(args, k...)
+		}
+		sb.WriteByte(')')
+		st, err := w.statement(ctx, sb.String())
+		if err == nil {
+			if st != nil {
+				_, err = st.ExecContext(ctx, args...)
+			} else {
+				_, err = w.c.ExecContext(ctx, sb.String(), args...)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("sink: deleting %d rows by key from %s on %s: %w", len(keys), tb.Name, tb.Target, err)
+		}
+		return nil
+	})
 }
 
 // statement returns the branch's prepared statement of query, preparing

@@ -44,6 +44,7 @@ func (postgresDialect) compile(tb Table) statements {
 				set = append(set, id+" = EXCLUDED."+id)
 			}
 		}
+		st.del = "DELETE FROM " + pgx.Identifier(ident).Sanitize() + " WHERE " + keyList(keys) + " IN ("
 		st.conflict = " ON CONFLICT (" + strings.Join(keys, ",") + ") DO NOTHING"
 		if len(set) > 0 {
 			st.conflict = " ON CONFLICT (" + strings.Join(keys, ",") + ") DO UPDATE SET " + strings.Join(set, ", ")
@@ -118,6 +119,50 @@ func (w pgWriter) write(ctx context.Context, tb *table, rows [][]any) error {
 	}
 	if err != nil {
 		return fmt.Errorf("sink: upserting rows to %s on %s: %w", tb.Name, tb.Target, err)
+	}
+	return nil
+}
+
+// delete sends DELETE ... WHERE key IN (...) statements, in chunks, in
+// one pipeline.
+func (w pgWriter) delete(ctx context.Context, tb *table, keys [][]any) error {
+	batch := &pgx.Batch{}
+	_ = deleteChunks(tb, keys, func(keys [][]any) error {
+		var sb strings.Builder
+		sb.WriteString(tb.sql.del)
+		args := make([]any, 0, len(keys)*len(tb.Key))
+		for i, k := range keys {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			if len(k) > 1 {
+				sb.WriteByte('(')
+			}
+			for j := range k {
+				if j > 0 {
+					sb.WriteByte(',')
+				}
+				fmt.Fprintf(&sb, "$%d", len(args)+j+1)
+			}
+			if len(k) > 1 {
+				sb.WriteByte(')')
+			}
+			args = append(args, k...)
+		}
+		sb.WriteByte(')')
+		batch.Queue(sb.String(), args...)
+		return nil
+	})
+	br := w.c.SendBatch(ctx, batch)
+	var err error
+	for i := 0; i < batch.Len() && err == nil; i++ {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sink: deleting %d rows by key from %s on %s: %w", len(keys), tb.Name, tb.Target, err)
 	}
 	return nil
 }

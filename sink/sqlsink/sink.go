@@ -28,8 +28,12 @@ type Config struct {
 	// Tables are the tables written.
 	Tables []Table
 	// Map turns records into rows; nil: every Table's column mapping
-	// (Column.From, see JSONMapping).
+	// (Column.From), for records of Format.
 	Map MapFunc
+	// Format is what the records' values are, when Map is nil:
+	// FormatJSON (default; see JSONMapping) or FormatDebezium (change
+	// events; see DebeziumMapping).
+	Format string
 	// RestoreGrace: a self-driven restore fences an undecided branch of
 	// another live instance once it is this old (default 30 s, at least
 	// a few checkpoint intervals: a younger branch may be a checkpoint
@@ -183,7 +187,16 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 	}
 	s.mapFn = cfg.Map
 	if s.mapFn == nil {
-		f, err := JSONMapping(cfg.Tables)
+		var f MapFunc
+		var err error
+		switch cfg.Format {
+		case "", FormatJSON:
+			f, err = JSONMapping(cfg.Tables)
+		case FormatDebezium:
+			f, err = DebeziumMapping(cfg.Tables)
+		default:
+			err = fmt.Errorf("%w: Format %q: want %q or %q", sink.ErrConfig, cfg.Format, FormatJSON, FormatDebezium)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -36,30 +36,72 @@ type buffer struct {
 	rows  [][]any
 	bytes int
 	keys  map[string]int // upsert: key -> index in rows (the last row wins)
+	// dels marks the rows of rows that are deletes by key (Row.Delete),
+	// by index; nil when there are none.
+	dels map[int]bool
 }
 
-// add appends a row; for an upsert a row with the same key replaces the
-// buffered one (so that one statement never touches a row twice).
-func (b *buffer) add(t *table, vals []any) {
+// add appends a row, or a delete by key (del, upsert tables only); for an
+// upsert a row or a delete with the same key replaces the buffered one: a
+// key's last event in source order wins, which is the key's state after
+// all of them (an upsert writes every column), and one statement never
+// touches a row twice. Keys are thus unique in the buffer, and the order
+// in which flush sends its deletes and its upserts does not matter.
+func (b *buffer) add(t *table, vals []any, del bool) {
 	b.bytes += rowSize(vals)
+	i := len(b.rows)
 	if t.Upsert {
 		k := keyOf(t.keyIdx, vals)
-		if i, ok := b.keys[k]; ok {
-			b.rows[i] = vals
-			return
+		j, ok := b.keys[k]
+		if !ok {
+			if b.keys == nil {
+				b.keys = map[string]int{}
+			}
+			b.keys[k] = i
+		} else {
+			i = j
 		}
-		if b.keys == nil {
-			b.keys = map[string]int{}
-		}
-		b.keys[k] = len(b.rows)
 	}
-	b.rows = append(b.rows, vals)
+	if i == len(b.rows) {
+		b.rows = append(b.rows, vals)
+	} else {
+		b.rows[i] = vals
+	}
+	switch {
+	case del:
+		if b.dels == nil {
+			b.dels = map[int]bool{}
+		}
+		b.dels[i] = true
+	case b.dels != nil:
+		delete(b.dels, i)
+	}
+}
+
+// split returns the buffered rows to upsert or insert, and the keys (the
+// key columns' values, in Key's order) of the rows to delete.
+func (b *buffer) split(t *table) (rows, keys [][]any) {
+	if len(b.dels) == 0 {
+		return b.rows, nil
+	}
+	for i, vals := range b.rows {
+		if !b.dels[i] {
+			rows = append(rows, vals)
+			continue
+		}
+		k := make([]any, len(t.keyIdx))
+		for j, c := range t.keyIdx {
+			k[j] = vals[c]
+		}
+		keys = append(keys, k)
+	}
+	return rows, keys
 }
 
 // reset empties the buffer, keeping its capacity for the next rows.
 func (b *buffer) reset() {
 	clear(b.rows)
-	b.rows, b.bytes, b.keys = b.rows[:0], 0, nil
+	b.rows, b.bytes, b.keys, b.dels = b.rows[:0], 0, nil, nil
 }
 
 func (b *buffer) full(t *table) bool {
@@ -103,4 +145,30 @@ func (t *table) columnNames() []string {
 		names[i] = c.Name
 	}
 	return names
+}
+
+// keyList is the left side of a delete's IN: the key column, or a row of
+// them.
+func keyList(keys []string) string {
+	if len(keys) == 1 {
+		return keys[0]
+	}
+	return "(" + strings.Join(keys, ",") + ")"
+}
+
+// maxDeleteKeys bounds the keys of one DELETE statement.
+const maxDeleteKeys = 1000
+
+// deleteChunks calls f with the keys in chunks of at most maxDeleteKeys
+// and the placeholder limit.
+func deleteChunks(tb *table, keys [][]any, f func(keys [][]any) error) error {
+	n := max(1, min(maxDeleteKeys, maxPlaceholders/len(tb.Key)))
+	for len(keys) > 0 {
+		k := min(n, len(keys))
+		if err := f(keys[:k]); err != nil {
+			return err
+		}
+		keys = keys[k:]
+	}
+	return nil
 }
