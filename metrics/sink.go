@@ -29,6 +29,7 @@ type Sink struct {
 	lastCommit  prometheus.Gauge
 	lag         *prometheus.GaugeVec
 	deadLetters prometheus.Counter
+	stalled     prometheus.Gauge
 }
 
 var _ sink.Observer = (*Sink)(nil)
@@ -79,13 +80,26 @@ func NewSink(reg prometheus.Registerer, name string) *Sink {
 			Help: "Bad records written to the dead-letter table by committed checkpoints (on_error: dead_letter).",
 		}),
 	}
-	reg.MustRegister(m.written, m.committed, m.checkpoints, m.phase, m.pending, m.lastCommit, m.lag, m.deadLetters)
+	m.stalled = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "xa_sink_stalled", ConstLabels: cl,
+		Help: "1 while the instance reports a stall: no checkpoint committed for stall_after while records wait in partitions whose positions do not move (a frozen group, a database refusing, a lock); else 0.",
+	})
+	reg.MustRegister(m.written, m.committed, m.checkpoints, m.phase, m.pending, m.lastCommit, m.lag, m.deadLetters, m.stalled)
 	return m
 }
 
 // DeadLetters counts n bad records written to the dead-letter table by a
 // committed checkpoint (sqlsink.Config.DeadLettersCommitted).
 func (m *Sink) DeadLetters(n int) { m.deadLetters.Add(float64(n)) }
+
+// SetStalled sets xa_sink_stalled: 1 while the instance reports a stall.
+func (m *Sink) SetStalled(stalled bool) {
+	v := 0.0
+	if stalled {
+		v = 1
+	}
+	m.stalled.Set(v)
+}
 
 // RecordsWritten implements sink.Observer.
 func (m *Sink) RecordsWritten(n int) { m.written.Add(float64(n)) }

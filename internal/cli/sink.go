@@ -282,7 +282,18 @@ earlier instances left prepared before reading.
 SIGINT or SIGTERM stops it cleanly: the checkpoint being written is aborted,
 those already prepared are committed (for up to 30 s; what is left goes to
 the next instance's restore), and the Kafka group is left, so its
-partitions move to the other instances at once. A generator or file source
+partitions move to the other instances at once. If it has not stopped
+shutdown_timeout (default 45s) after the signal, whatever the group or the
+databases do, it exits 1 without waiting (as safe as a kill: the session
+timeout and the next instance's restore take over).
+
+No checkpoint committed for stall_after (default 2m) while records wait in
+partitions whose positions do not move (a group that never settles) is a
+stall: a warning "stalled since", the metric xa_sink_stalled at 1, "STALLED
+since" in xactl sink status; past stall_exit (default 10m) it exits 1 for
+its supervisor to start it again (docs/sink.md, "Liveness").
+
+A generator or file source
 ends by itself: everything read is committed, and it exits 0.
 
 Every --progress-every (default 5s) a line on stderr says the records
@@ -294,7 +305,8 @@ prepared and pending. --metrics-addr serves Prometheus metrics (xa_sink_*)
 on /metrics.
 
 Exit code 1 when it stops on an error: fenced (every partition was taken
-over by another instance), a decision whose outcome is unknown (the next
+over by another instance), a stall past stall_exit, shutdown_timeout passed
+after a signal, a decision whose outcome is unknown (the next
 instance's restore settles it), too many aborted checkpoints in a row, or
 the source's error. Exit code 3 when it does not start because a target or
 the progress target is not the database the sink was set up with (xactl
@@ -306,116 +318,188 @@ the configuration.`,
 			if err != nil {
 				return err
 			}
-			logger := g.logger()
-			ctx := cmd.Context()
-			cfg := c.SinkConfig(sc)
-			cfg.Logger = logger
-			// A registry of this run's own (see recover --watch).
-			reg := metricsRegistry()
-			m := metrics.NewSink(reg, sc.Name)
-			tr := &tracker{started: time.Now()}
-			cfg.DeadLettersCommitted = func(n int) {
-				m.DeadLetters(n)
-				tr.deadLetters.Add(int64(n))
-			}
-			openCtx, cancel := context.WithTimeout(ctx, g.timeout)
-			s, err := sqlsink.Open(openCtx, cfg)
-			cancel()
-			if err != nil {
-				return sinkIdentityExit(fmt.Errorf("sink %s: %w", sc.Name, err))
-			}
-			defer s.Close()
-			src, err := openSource(sc, logger)
-			if err != nil {
-				return fmt.Errorf("sink %s: %w", sc.Name, err)
-			}
-			ends, err := newEndReader(sc)
-			if err != nil {
-				src.Close()
-				return fmt.Errorf("sink %s: %w", sc.Name, err)
-			}
-			defer ends.Close()
-
-			stopMetrics, err := g.serveMetrics(metricsAddr, reg)
-			if err != nil {
-				src.Close()
-				return err
-			}
-			defer stopMetrics()
-			opts := sc.RunOptions()
-			opts.Observer = observers{m, tr}
-			opts.Logger = logger
-			fmt.Fprintf(g.stderr, "sink %s: reading %s into %s (progress in %s), a checkpoint every %d records or %s; Ctrl-C to stop\n",
-				sc.Name, sourceText(sc.Source), strings.Join(sc.Targets, ", "), sc.Progress, opts.CheckpointRecords, opts.CheckpointInterval)
-
-			rep := &reporter{g: g, c: c, sc: sc, tr: tr, m: m, ends: ends}
-			stopReports := make(chan struct{})
-			reports := sync.WaitGroup{}
-			if every > 0 {
-				reports.Go(func() {
-					t := time.NewTicker(every)
-					defer t.Stop()
-					for {
-						select {
-						case <-stopReports:
-							return
-						case <-ctx.Done():
-							return
-						case <-t.C:
-							rep.report(ctx)
-						}
-					}
-				})
-			}
-			runErr := s.Run(ctx, src, opts)
-			close(stopReports)
-			reports.Wait()
-			closeErr := src.Close()
-			interrupted := ctx.Err() != nil
-			// The last word: what was done, and the lag now.
-			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			rep.report(lctx)
-			lcancel()
-			switch {
-			case interrupted:
-				fmt.Fprintf(g.stderr, "sink %s: stopped: %s; the checkpoint being written was aborted, the prepared ones committed (or left to the next instance's restore)\n",
-					sc.Name, tr.done())
-			case runErr == nil:
-				fmt.Fprintf(g.stderr, "sink %s: the source ended: %s, every record read is committed\n", sc.Name, tr.done())
-			}
-			if u, ok := src.(unterminated); ok {
-				lines := u.Unterminated()
-				for _, path := range slices.Sorted(maps.Keys(lines)) {
-					fmt.Fprintf(g.stderr, "sink %s: %s ends with a line without its line break (%s at offset %d): not read, as it may be half written; the next run reads it once its line break is there\n",
-						sc.Name, path, plural(int(lines[path][1]), "byte"), lines[path][0])
-				}
-			}
-			if closeErr != nil && !errors.Is(closeErr, context.Canceled) {
-				fmt.Fprintf(g.stderr, "sink %s: closing the source: %v\n", sc.Name, closeErr)
-			}
-			// The result: on stdout with -o json (people read stderr).
-			v := tr.view(sc.Name)
-			switch {
-			case interrupted:
-				v.Ended = "interrupted"
-			case runErr == nil:
-				v.Ended = "source ended"
-			default:
-				v.Ended, v.Error = "error", runErr.Error()
-			}
-			if err := g.out.result(v, func(io.Writer) {}); err != nil {
-				return err
-			}
-			if runErr != nil && !interrupted {
-				return sinkIdentityExit(fmt.Errorf("sink %s stopped: %w%s", sc.Name, runErr, runHint(runErr, sc.Name)))
-			}
-			return nil
+			return g.boundedSinkRun(cmd.Context(), sc, func(runCtx context.Context, stopRun context.CancelCauseFunc) error {
+				return g.runSink(cmd.Context(), runCtx, stopRun, c, sc, metricsAddr, every)
+			})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (e.g. :9465)")
 	f.DurationVar(&every, "progress-every", 5*time.Second, "how often a progress line goes to stderr (0: only at the end)")
 	return cmd
+}
+
+// boundedSinkRun runs run, whose context ends on an interrupt (ctx) or
+// when run's stall watch ends it, and returns its error; but once that
+// context has ended it waits for run at most the sink's
+// shutdown_timeout, and then returns an error of its own (exit 1) without
+// waiting longer: SIGTERM ends an instance in a bounded time whatever the
+// Kafka group or the databases do. Leaving run behind is safe as a kill
+// is: the group gives its partitions to others after its session
+// timeout, and the next instance's restore resolves what it left
+// prepared (docs/sink.md, "Liveness").
+func (g *globals) boundedSinkRun(ctx context.Context, sc config.Sink, run func(context.Context, context.CancelCauseFunc) error) error {
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx, stopRun) }()
+	select {
+	case err := <-done:
+		return err
+	case <-runCtx.Done():
+	}
+	bound := time.Duration(sc.ShutdownTimeout)
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+	}
+	why := "the interrupt"
+	if cause := context.Cause(runCtx); errors.Is(cause, errStalled) {
+		why = "its stall (" + cause.Error() + ")"
+	}
+	return &exitError{code: ExitError, err: fmt.Errorf("sink %s did not stop within shutdown_timeout %s of %s: exiting without waiting for it. "+
+		"The Kafka group gives its partitions to the other instances after its session timeout; the next instance's restore resolves what it left prepared", sc.Name, bound, why)}
+}
+
+// runSink runs an instance of the sink until runCtx ends (ctx: an
+// interrupt; stopRun: its stall watch) or the run stops by itself.
+func (g *globals) runSink(ctx, runCtx context.Context, stopRun context.CancelCauseFunc, c *config.Config, sc config.Sink, metricsAddr string, every time.Duration) error {
+	logger := g.logger()
+	cfg := c.SinkConfig(sc)
+	cfg.Logger = logger
+	// A registry of this run's own (see recover --watch).
+	reg := metricsRegistry()
+	m := metrics.NewSink(reg, sc.Name)
+	tr := &tracker{started: time.Now()}
+	cfg.DeadLettersCommitted = func(n int) {
+		m.DeadLetters(n)
+		tr.deadLetters.Add(int64(n))
+	}
+	openCtx, cancel := context.WithTimeout(ctx, g.timeout)
+	s, err := sqlsink.Open(openCtx, cfg)
+	cancel()
+	if err != nil {
+		return sinkIdentityExit(fmt.Errorf("sink %s: %w", sc.Name, err))
+	}
+	defer s.Close()
+	src, err := openSource(sc, logger)
+	if err != nil {
+		return fmt.Errorf("sink %s: %w", sc.Name, err)
+	}
+	ends, err := newEndReader(sc)
+	if err != nil {
+		src.Close()
+		return fmt.Errorf("sink %s: %w", sc.Name, err)
+	}
+	defer ends.Close()
+
+	stopMetrics, err := g.serveMetrics(metricsAddr, reg)
+	if err != nil {
+		src.Close()
+		return err
+	}
+	defer stopMetrics()
+	opts := sc.RunOptions()
+	opts.Observer = observers{m, tr}
+	opts.Logger = logger
+	fmt.Fprintf(g.stderr, "sink %s: reading %s into %s (progress in %s), a checkpoint every %d records or %s; Ctrl-C to stop\n",
+		sc.Name, sourceText(sc.Source), strings.Join(sc.Targets, ", "), sc.Progress, opts.CheckpointRecords, opts.CheckpointInterval)
+
+	rep := &reporter{g: g, c: c, sc: sc, tr: tr, m: m, ends: ends}
+	stopReports := make(chan struct{})
+	reports := sync.WaitGroup{}
+	// The stall watch (docs/sink.md, "Liveness"): it checks four
+	// times per stall_after (at most every 5 s), and a stall must
+	// be seen for two checkpoint intervals and a check.
+	if after := time.Duration(sc.StallAfter); after > 0 {
+		period := min(max(after/4, 50*time.Millisecond), 5*time.Second)
+		sw := &stallWatcher{r: rep, period: period, logger: logger, stop: stopRun,
+			w: stallWatch{after: after, exit: time.Duration(sc.StallExit), confirm: 2*opts.CheckpointInterval + period, started: tr.started}}
+		watchCtx, stopWatch := context.WithCancel(runCtx)
+		defer stopWatch()
+		reports.Go(func() {
+			select {
+			case <-stopReports:
+				stopWatch()
+			case <-watchCtx.Done():
+			}
+		})
+		reports.Go(func() { sw.run(watchCtx) })
+	}
+	if every > 0 {
+		reports.Go(func() {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				select {
+				case <-stopReports:
+					return
+				case <-runCtx.Done():
+					return
+				case <-t.C:
+					rep.report(runCtx)
+				}
+			}
+		})
+	}
+	runErr := s.Run(runCtx, src, opts)
+	close(stopReports)
+	reports.Wait()
+	closeErr := src.Close()
+	interrupted := ctx.Err() != nil
+	var stalled error
+	if cause := context.Cause(runCtx); !interrupted && errors.Is(cause, errStalled) {
+		stalled = cause
+	}
+	// The last word: what was done, and the lag now.
+	lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	rep.report(lctx)
+	lcancel()
+	switch {
+	case stalled != nil:
+		fmt.Fprintf(g.stderr, "sink %s: stopped on its stall: %s; the checkpoint being written was aborted, the prepared ones committed (or left to the next instance's restore)\n",
+			sc.Name, tr.done())
+	case interrupted:
+		fmt.Fprintf(g.stderr, "sink %s: stopped: %s; the checkpoint being written was aborted, the prepared ones committed (or left to the next instance's restore)\n",
+			sc.Name, tr.done())
+	case runErr == nil:
+		fmt.Fprintf(g.stderr, "sink %s: the source ended: %s, every record read is committed\n", sc.Name, tr.done())
+	}
+	if u, ok := src.(unterminated); ok {
+		lines := u.Unterminated()
+		for _, path := range slices.Sorted(maps.Keys(lines)) {
+			fmt.Fprintf(g.stderr, "sink %s: %s ends with a line without its line break (%s at offset %d): not read, as it may be half written; the next run reads it once its line break is there\n",
+				sc.Name, path, plural(int(lines[path][1]), "byte"), lines[path][0])
+		}
+	}
+	if closeErr != nil && !errors.Is(closeErr, context.Canceled) {
+		fmt.Fprintf(g.stderr, "sink %s: closing the source: %v\n", sc.Name, closeErr)
+	}
+	// The result: on stdout with -o json (people read stderr).
+	v := tr.view(sc.Name)
+	switch {
+	case stalled != nil:
+		v.Ended, v.Error = "stalled", stalled.Error()
+	case interrupted:
+		v.Ended = "interrupted"
+	case runErr == nil:
+		v.Ended = "source ended"
+	default:
+		v.Ended, v.Error = "error", runErr.Error()
+	}
+	if err := g.out.result(v, func(io.Writer) {}); err != nil {
+		return err
+	}
+	if stalled != nil {
+		return fmt.Errorf("sink %s stopped: %w\nIt exits for its supervisor to start it again (a new group session); xactl sink status %s shows the partitions waiting", sc.Name, stalled, sc.Name)
+	}
+	if runErr != nil && !interrupted {
+		return sinkIdentityExit(fmt.Errorf("sink %s stopped: %w%s", sc.Name, runErr, runHint(runErr, sc.Name)))
+	}
+	return nil
 }
 
 // unterminated is implemented by sources that leave a last line without

@@ -37,7 +37,8 @@ func openSource(sc config.Sink, logger *slog.Logger) (sink.Source, error) {
 		}
 		return kafkasource.New(kafkasource.Config{
 			Brokers: src.Brokers, Group: src.Group, Topics: src.Topics, Start: start,
-			SessionTimeout: time.Duration(src.SessionTimeout),
+			SessionTimeout:   time.Duration(src.SessionTimeout),
+			RebalanceTimeout: time.Duration(src.RebalanceTimeout),
 			// No poll returns more than a checkpoint holds: the sink
 			// lowers it further before every poll to the room left in
 			// its open checkpoint (sink.BoundPolls), so a checkpoint

@@ -124,6 +124,10 @@ type sinkPartitionView struct {
 	Checkpoint  uint64 `json:"checkpoint"`
 	Updated     string `json:"updated"`
 	updated     time.Time
+	// StalledSince is set when records wait in the partition (a lag)
+	// and its position has not moved for the sink's stall_after: when
+	// it last moved (docs/sink.md, "Liveness").
+	StalledSince string `json:"stalled_since,omitempty"`
 }
 
 type sinkInstanceView struct {
@@ -163,8 +167,12 @@ type sinkStatusView struct {
 	Removed []string `json:"removed"`
 	// DeadLetters counts the bad records in the dead-letter table (nil:
 	// it could not be read, e.g. not set up yet).
-	DeadLetters *int     `json:"dead_letters"`
-	Errors      []string `json:"errors"`
+	DeadLetters *int `json:"dead_letters"`
+	// StalledSince is the earliest StalledSince of the partitions ("":
+	// none is stalled), Stalled those partitions.
+	StalledSince string   `json:"stalled_since,omitempty"`
+	Stalled      []string `json:"stalled"`
+	Errors       []string `json:"errors"`
 }
 
 func newSinkStatus(g *globals) *cobra.Command {
@@ -235,7 +243,7 @@ not be read.`,
 func readSinkStatus(ctx context.Context, c *config.Config, sc config.Sink, g *globals) (sinkStatusView, error) {
 	v := sinkStatusView{Sink: sc.Name, Source: sourceText(sc.Source), Targets: sc.Targets, Progress: sc.Progress,
 		Partitions: []sinkPartitionView{}, Instances: []sinkInstanceView{}, Branches: []sinkBranchView{}, Errors: []string{},
-		Identity: []string{}, Removed: []string{}}
+		Identity: []string{}, Removed: []string{}, Stalled: []string{}}
 	cfg := c.SinkConfig(sc)
 	cfg.Logger = g.sinkLogger()
 	var st sqlsink.Status
@@ -286,6 +294,7 @@ func readSinkStatus(ctx context.Context, c *config.Config, sc config.Sink, g *gl
 	slices.SortFunc(order, comparePartitions)
 	var total int64
 	lagKnown := true
+	var stalledSince time.Time
 	for _, name := range order {
 		pv := sinkPartitionView{Partition: name}
 		if p, ok := rows[name]; ok {
@@ -306,6 +315,13 @@ func readSinkStatus(ctx context.Context, c *config.Config, sc config.Sink, g *gl
 		}
 		if pv.Lag == nil {
 			lagKnown = false
+		}
+		if after := time.Duration(sc.StallAfter); after > 0 && pv.Lag != nil && *pv.Lag > 0 && pv.InTable && time.Since(pv.updated) >= after {
+			pv.StalledSince = pv.Updated
+			v.Stalled = append(v.Stalled, name)
+			if v.StalledSince == "" || pv.updated.Before(stalledSince) {
+				v.StalledSince, stalledSince = pv.Updated, pv.updated
+			}
 		}
 		v.Partitions = append(v.Partitions, pv)
 	}
@@ -390,6 +406,11 @@ func (v sinkStatusView) print(w io.Writer) {
 			fmt.Fprintf(w, "Lag: %d records over %s.\n", *v.Lag, plural(len(v.Partitions), "partition"))
 		} else {
 			fmt.Fprintln(w, "Lag: unknown for some partitions.")
+		}
+		if len(v.Stalled) > 0 {
+			fmt.Fprintf(w, "STALLED since %s: records wait in %s whose positions have not moved for stall_after or longer (%s). "+
+				"A group that does not settle, a database refusing, a lock: the instances' logs say which; an instance exits after stall_exit.\n",
+				v.StalledSince, plural(len(v.Stalled), "partition"), strings.Join(v.Stalled, ", "))
 		}
 	}
 

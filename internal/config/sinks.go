@@ -55,6 +55,22 @@ type Sink struct {
 	// read the row image). See docs/sink.md, "Tombstones and change data
 	// capture".
 	Format string `yaml:"format"`
+	// StallAfter: an instance that has committed no checkpoint for this
+	// long while partitions of the sink have records waiting whose
+	// positions have not moved for as long reports a stall (a warning,
+	// the metric xa_sink_stalled, "stalled since" in xactl sink status);
+	// default 2m. See docs/sink.md, "Liveness".
+	StallAfter Duration `yaml:"stall_after"`
+	// StallExit: an instance stalled this long exits non-zero, for its
+	// supervisor to restart it (a new group session); default 10m, at
+	// least stall_after.
+	StallExit Duration `yaml:"stall_exit"`
+	// ShutdownTimeout bounds how long xactl sink run takes to end after
+	// SIGINT or SIGTERM whatever the group and the databases do: past it
+	// the process exits 1, leaving what it holds to the group's session
+	// timeout and the next instance's restore; default 45s (the 30 s
+	// drain of prepared checkpoints, and some).
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 }
 
 // Source kinds of a sink.
@@ -94,6 +110,10 @@ type SinkSource struct {
 	// silent (a killed or paused instance) before it gives its partitions
 	// to the others; default the Kafka client's (45 s).
 	SessionTimeout Duration `yaml:"session_timeout"`
+	// RebalanceTimeout: how long the group waits, in a rebalance, for
+	// every member to rejoin before it drops those that have not; default
+	// the Kafka client's (60 s).
+	RebalanceTimeout Duration `yaml:"rebalance_timeout"`
 
 	// Generator (tests and demos): Records records with unique ids over
 	// Partitions partitions, deterministic and replayable; each value is
@@ -152,6 +172,9 @@ const (
 	DefaultCheckpointInterval = time.Second
 	DefaultMaxPending         = 2
 	DefaultRestoreGrace       = 30 * time.Second
+	DefaultStallAfter         = 2 * time.Minute
+	DefaultStallExit          = 10 * time.Minute
+	DefaultShutdownTimeout    = 45 * time.Second
 )
 
 // sinkDefaults fills in what a sink left out.
@@ -195,6 +218,15 @@ func (s *Sink) sinkDefaults() {
 	}
 	if s.MaxDeadLetters == 0 {
 		s.MaxDeadLetters = sqlsink.DefaultMaxDeadLetters
+	}
+	if s.StallAfter == 0 {
+		s.StallAfter = Duration(DefaultStallAfter)
+	}
+	if s.StallExit == 0 {
+		s.StallExit = Duration(max(DefaultStallExit, time.Duration(s.StallAfter)))
+	}
+	if s.ShutdownTimeout == 0 {
+		s.ShutdownTimeout = Duration(DefaultShutdownTimeout)
 	}
 	s.Format = strings.ToLower(s.Format)
 	if s.Format == "" {
@@ -257,6 +289,18 @@ func (c *Config) validateSinks() []error {
 		if s.MaxDeadLetters < 0 {
 			errs = append(errs, fmt.Errorf("%s: max_dead_letters must not be negative", where))
 		}
+		switch {
+		case s.StallAfter < 0:
+			errs = append(errs, fmt.Errorf("%s: stall_after must not be negative", where))
+		case s.StallExit < 0:
+			errs = append(errs, fmt.Errorf("%s: stall_exit must not be negative", where))
+		case s.StallExit > 0 && s.StallAfter > 0 && s.StallExit < s.StallAfter:
+			errs = append(errs, fmt.Errorf("%s: stall_exit %s is shorter than stall_after %s: an instance reports a stall before it exits on it", where,
+				time.Duration(s.StallExit), time.Duration(s.StallAfter)))
+		}
+		if s.ShutdownTimeout < 0 {
+			errs = append(errs, fmt.Errorf("%s: shutdown_timeout must not be negative", where))
+		}
 		switch s.Format {
 		case "", sqlsink.FormatJSON:
 		case sqlsink.FormatDebezium:
@@ -294,6 +338,7 @@ func (src SinkSource) validate(where string) []error {
 		{SourceKafka, "topics", len(src.Topics) > 0},
 		{SourceKafka, "start", src.Start != ""},
 		{SourceKafka, "session_timeout", src.SessionTimeout != 0},
+		{SourceKafka, "rebalance_timeout", src.RebalanceTimeout != 0},
 		{SourceGenerator, "records", src.Records != 0},
 		{SourceGenerator, "partitions", src.Partitions != 0},
 		{SourceGenerator, "payload", src.Payload != 0},
@@ -311,6 +356,9 @@ func (src SinkSource) validate(where string) []error {
 		}
 		if src.SessionTimeout < 0 {
 			bad("session_timeout: must not be negative")
+		}
+		if src.RebalanceTimeout < 0 {
+			bad("rebalance_timeout: must not be negative")
 		}
 		if src.Group == "" {
 			bad("group is empty (the consumer group every instance of the sink joins)")

@@ -58,7 +58,8 @@ func TestSinkDefaults(t *testing.T) {
 	}
 	if s.Progress != "maria" || s.Source.Start != StartEarliest || s.Tables[0].Mode != ModeInsert ||
 		s.Checkpoint.Records != DefaultCheckpointRecords || time.Duration(s.Checkpoint.Interval) != DefaultCheckpointInterval ||
-		s.Checkpoint.MaxPending != DefaultMaxPending || s.Instances != 1 || time.Duration(s.RestoreGrace) != DefaultRestoreGrace {
+		s.Checkpoint.MaxPending != DefaultMaxPending || s.Instances != 1 || time.Duration(s.RestoreGrace) != DefaultRestoreGrace ||
+		time.Duration(s.StallAfter) != DefaultStallAfter || time.Duration(s.StallExit) != DefaultStallExit || time.Duration(s.ShutdownTimeout) != DefaultShutdownTimeout {
 		t.Errorf("defaults: %+v", s)
 	}
 	// The participant's alias became its kind's name, which the sink
@@ -145,6 +146,10 @@ func TestSinkValidate(t *testing.T) {
 		{"negative interval", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    checkpoint: {interval: -1s}\n"), []string{"checkpoint.interval must not be negative"}},
 		{"bad interval", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    checkpoint: {interval: often}\n"), []string{`"often" is not a duration`}},
 		{"negative instances", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    instances: -2\n"), []string{"instances must not be negative"}},
+		{"negative stall_after", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    stall_after: -5s\n"), []string{"stall_after must not be negative"}},
+		{"stall_exit before stall_after", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    stall_after: 5m\n    stall_exit: 1m\n"), []string{"stall_exit 1m0s is shorter than stall_after 5m0s"}},
+		{"negative shutdown_timeout", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    shutdown_timeout: -5s\n"), []string{"shutdown_timeout must not be negative"}},
+		{"kafka negative rebalance_timeout", src("      kind: kafka\n      brokers: [k:1]\n      group: g\n      topics: [t]\n      rebalance_timeout: -1s\n"), []string{"source.rebalance_timeout: must not be negative"}},
 		{"unknown format", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    format: avro\n"), []string{`sink "orders": format "avro": want json or debezium`}},
 		{"debezium with an insert table", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    format: debezium\n"), []string{`sink "orders": table "orders": format debezium needs mode: upsert`}},
 		{"negative grace", rep("    targets: [maria, pg]\n", "    targets: [maria, pg]\n    restore_grace: -5s\n"), []string{"restore_grace must not be negative"}},
