@@ -119,11 +119,12 @@ func (rm *RM) initIdentity(ctx context.Context, table string) error {
 // createTable runs a CREATE TABLE IF NOT EXISTS. Two sessions running it
 // at once (processes set up together, each with Init) may both find the
 // name free: the loser fails on the catalogue's unique index (23505 on
-// pg_type) or with 42P07 once the winner has committed. Either means the
-// table now exists, which is what the caller asked for; it checks so.
+// pg_type), with 42710 (the table's row type already exists) or with
+// 42P07 once the winner has committed. Each means the table now exists,
+// which is what the caller asked for; it checks so.
 func (rm *RM) createTable(ctx context.Context, ddl string) error {
 	_, err := rm.pool.Exec(ctx, ddl)
-	if s := sqlState(err); s == "23505" || s == "42P07" {
+	if s := sqlState(err); s == "23505" || s == "42710" || s == "42P07" {
 		return nil
 	}
 	return err

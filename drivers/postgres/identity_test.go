@@ -136,10 +136,10 @@ func TestSessionReachingACopyIsRefused(t *testing.T) {
 // and all with one identity for the database and one for the table.
 func TestInitRacesWithItself(t *testing.T) {
 	t.Parallel()
-	for round := 0; round < 3; round++ {
+	for round := 0; round < 10; round++ {
 		db := dbtest.PostgresDB(t)
 		ctx := testCtx(t)
-		const n = 8
+		const n = 8 // openers at once, each round
 		type opened struct {
 			id, table xa.StoreIdentity
 			err       error
