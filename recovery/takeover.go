@@ -275,7 +275,13 @@ func (t *Takeover) Recover(ctx context.Context, taken TakenLog, e ExpiredLease, 
 				return r
 			}
 			left, lerr := taken.Commits(ctx)
-			if lerr == nil && rep.InDoubt() == 0 && len(rep.Errors) == 0 && len(rep.Kept) == 0 && len(rep.Unlisted) == 0 && len(left) == 0 {
+			// A rescan of a log released clean (e.Rescan) looks for late
+			// prepares on the participants that answer; it does not hold
+			// the log through a participant's outage (its node could not
+			// start meanwhile): one that could not be listed is looked at
+			// by the next rescan.
+			answered := len(rep.Errors) == 0 && len(rep.Unlisted) == 0 || e.Rescan
+			if lerr == nil && rep.InDoubt() == 0 && answered && len(rep.Kept) == 0 && len(left) == 0 {
 				r.Resolved = time.Since(at)
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 				err := taken.Release(rctx, true)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,6 +232,64 @@ func TestLatePrepareAfterACleanRelease(t *testing.T) {
 			for i, mdb := range []*memrm.DB{db0, db1} {
 				if _, c := mdb.Get(5); c {
 					t.Errorf("participant %d: the late branch's row is committed", i)
+				}
+			}
+		})
+	}
+}
+
+// TestRescanDoesNotHoldThroughAnOutage: a rescan of a log released clean
+// (Options.RescanReleased) releases it again after one scan even while a
+// participant cannot be listed: held through the outage, the log's node
+// could not start meanwhile. The next rescan looks at that participant.
+func TestRescanDoesNotHoldThroughAnOutage(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db, d, _ := newDB(t, kind)
+			s1 := newStore(t, db, d, sqllog.Options{Holder: "n1-proc", LeaseTTL: time.Second})
+			s2 := newStore(t, db, d, sqllog.Options{Holder: "n2-proc", LeaseTTL: time.Second, RescanReleased: 300 * time.Millisecond})
+			l1, err := s1.Create(ctx, newIdent(t, "n1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sqllog.Abandon(l1)
+			var down atomic.Bool
+			rm0 := memrm.New("maria", memrm.NewDB(), nil)
+			rm1 := memrm.New("pg", memrm.NewDB(), func(op memrm.Op, _ xa.XID) memrm.Fault {
+				if op == memrm.OpRecover && down.Load() {
+					return memrm.Fail
+				}
+				return memrm.OK
+			})
+			reports := make(chan recovery.TakeoverReport, 100)
+			tk, err := recovery.NewTakeover(recovery.TakeoverConfig{Store: s2.Peers("n2", nil), Participants: []xa.ResourceManager{rm0, rm1},
+				Interval: 100 * time.Millisecond, Report: func(r recovery.TakeoverReport) { reports <- r }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { tk.Run(rctx); close(done) }()
+			defer func() { stop(); <-done }()
+			next := func(what string) recovery.TakeoverReport {
+				t.Helper()
+				select {
+				case r := <-reports:
+					return r
+				case <-time.After(15 * time.Second):
+					t.Fatalf("no %s within 15 s", what)
+				}
+				return recovery.TakeoverReport{}
+			}
+			if r := next("takeover of n1's expired log"); !r.Released || r.Err != nil {
+				t.Fatalf("first takeover: %+v; want released clean", r)
+			}
+			down.Store(true) // pg cannot be listed from now on
+			for i := 0; i < 2; i++ {
+				if r := next("rescan released during pg's outage"); !r.Released || r.Err != nil {
+					t.Fatalf("rescan %d during the outage: %+v; want released clean after one scan", i+1, r)
 				}
 			}
 		})
