@@ -485,6 +485,9 @@ func (g *globals) runSink(ctx, runCtx context.Context, stopRun context.CancelCau
 		v.Ended, v.Error = "stalled", stalled.Error()
 	case interrupted:
 		v.Ended = "interrupted"
+		if errors.Is(runErr, sink.ErrUnresolved) {
+			v.Error = runErr.Error()
+		}
 	case runErr == nil:
 		v.Ended = "source ended"
 	default:
@@ -493,11 +496,23 @@ func (g *globals) runSink(ctx, runCtx context.Context, stopRun context.CancelCau
 	if err := g.out.result(v, func(io.Writer) {}); err != nil {
 		return err
 	}
-	if stalled != nil {
-		return fmt.Errorf("sink %s stopped: %w\nIt exits for its supervisor to start it again (a new group session); xactl sink status %s shows the partitions waiting", sc.Name, stalled, sc.Name)
-	}
-	if runErr != nil && !interrupted {
-		return sinkIdentityExit(fmt.Errorf("sink %s stopped: %w%s", sc.Name, runErr, runHint(runErr, sc.Name)))
+	return sinkRunEnd(sc.Name, interrupted, stalled, runErr)
+}
+
+// sinkRunEnd is sink run's exit: nil for a clean stop (the source ended,
+// or a signal with everything prepared settled), else the error to exit
+// with: a stall, an error that stopped the run, or a signal with a
+// decision left unresolved while draining (a prepared checkpoint whose
+// branches hold their locks until the next instance's restore: not a
+// clean stop, and a supervisor must start the next instance).
+func sinkRunEnd(name string, interrupted bool, stalled, runErr error) error {
+	switch {
+	case stalled != nil:
+		return fmt.Errorf("sink %s stopped: %w\nIt exits for its supervisor to start it again (a new group session); xactl sink status %s shows the partitions waiting", name, stalled, name)
+	case runErr != nil && !interrupted:
+		return sinkIdentityExit(fmt.Errorf("sink %s stopped: %w%s", name, runErr, runHint(runErr, name)))
+	case interrupted && errors.Is(runErr, sink.ErrUnresolved):
+		return fmt.Errorf("sink %s stopped on a signal with a decision unresolved: %w%s", name, runErr, runHint(runErr, name))
 	}
 	return nil
 }
