@@ -105,7 +105,8 @@ type ReplayResult struct {
 	Outcome    ReplayOutcome `json:"outcome"`
 	// Rows is the number of rows (and deletes by key) the record maps to.
 	Rows int `json:"rows"`
-	// Reason says why a dead letter was kept.
+	// Reason says why a dead letter was kept: the mapping's error, or
+	// the database's.
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -205,7 +206,8 @@ func (s *Sink) Replay(ctx context.Context, opts ReplayOptions) (ReplayReport, er
 	for _, d := range chosen {
 		rows, err := s.replayRows(d)
 		if err != nil {
-			rep.Results = append(rep.Results, ReplayResult{DeadLetter: d, Outcome: Kept, Reason: err.Error()})
+			// The partition and position are the dead letter's own.
+			rep.Results = append(rep.Results, ReplayResult{DeadLetter: d, Outcome: Kept, Reason: err.Err.Error()})
 			continue
 		}
 		if !opts.Force {
@@ -298,7 +300,7 @@ func chooseDeadLetters(all []DeadLetter, opts ReplayOptions) ([]DeadLetter, []De
 
 // replayRows maps dead letter d with the sink's current mapping and fits
 // its rows to their tables, as Write does a record's.
-func (s *Sink) replayRows(d DeadLetter) ([]replayRow, error) {
+func (s *Sink) replayRows(d DeadLetter) ([]replayRow, *MappingError) {
 	// The record's own time was not kept: `from: time` reads when it was
 	// set aside.
 	r := sink.Record{Partition: d.Partition, Next: d.Position, Key: d.Key, Value: d.Value, Time: d.Created}
