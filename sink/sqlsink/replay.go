@@ -39,10 +39,10 @@ type DeadLetterID struct {
 	Seq         int64  `json:"seq"`
 }
 
-// String is "incarnation/checkpoint/seq" (an external member's
-// incarnation as m<member>.g<generation>).
+// String is "incarnation/checkpoint/seq", the numbers as the table
+// keeps them (xactl sink replay takes them as they are).
 func (id DeadLetterID) String() string {
-	return fmt.Sprintf("%s/%d/%d", incarnationText(id.Incarnation), id.Checkpoint, id.Seq)
+	return fmt.Sprintf("%d/%d/%d", id.Incarnation, id.Checkpoint, id.Seq)
 }
 
 // incarnationText is an incarnation as Ref.String writes it.
