@@ -131,5 +131,8 @@ func (v sinkReplayView) print(w io.Writer) {
 	default:
 		fmt.Fprintf(w, "%s replayed (rows written and dead letters deleted, in one transaction each batch), %s kept.\n",
 			plural(v.Replayed, "dead letter"), plural(v.Kept, "dead letter"))
+		if v.Incarnation != 0 {
+			fmt.Fprintf(w, "The replay ran as incarnation %d of the sink (xa_sink_instances: when, host and pid).\n", v.Incarnation)
+		}
 	}
 }

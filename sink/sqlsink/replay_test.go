@@ -119,8 +119,8 @@ func outcomes(rep sqlsink.ReplayReport) []string {
 // record without an id, which the databases now refuse (k NOT NULL),
 // stays a dead letter with the database's error, as does "not json"
 // (still not JSON). A second replay changes nothing. A replay into an
-// upsert table is refused without Force. Run with the progress target on
-// each database.
+// upsert table is refused without Force, and runs with it. Run with the
+// progress target on each database.
 func TestReplay(t *testing.T) {
 	t.Parallel()
 	for _, progress := range progressTargets {
@@ -214,6 +214,18 @@ func testReplay(t *testing.T, progress string) {
 	}
 	if got := e.deadLetters(); len(got) != 2 {
 		t.Fatalf("the refused replay changed the dead letters: %q", got)
+	}
+	// With Force it runs: both stay (still not JSON; k NULL refused by
+	// the databases), nothing lands.
+	rep, err = s.Replay(ctx, sqlsink.ReplayOptions{All: true, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := outcomes(rep), []string{"a.ndjson@31 kept", "a.ndjson@68 kept"}; !slices.Equal(got, want) {
+		t.Fatalf("forced replay: %q; want %q", got, want)
+	}
+	if my, pg, myAll, pgAll := e.fractionRows(); my != 1 || pg != 1 || myAll != 5 || pgAll != 5 {
+		t.Fatalf("after the forced replay: %d, %d (all rows: %d, %d); want 1, 1, 5, 5", my, pg, myAll, pgAll)
 	}
 }
 
