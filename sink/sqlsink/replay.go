@@ -239,6 +239,13 @@ func (s *Sink) Replay(ctx context.Context, opts ReplayOptions) (ReplayReport, er
 	var n uint64
 	for batch := range slices.Chunk(jobs, opts.Batch) {
 		done, err := in.replayBatch(ctx, &n, batch, &rep)
+		// A restore (a running instance's, taking partitions or
+		// sweeping) may fence a replay between prepare and decision:
+		// its dead letters are where they were; try again.
+		for attempt := 0; err != nil && done && errors.Is(err, sink.ErrAbortMarked) && attempt < 3; attempt++ {
+			in.log.Warn("sink: a replay transaction was fenced by a restore; trying again", "err", err)
+			done, err = in.replayBatch(ctx, &n, batch, &rep)
+		}
 		if err == nil {
 			continue
 		}

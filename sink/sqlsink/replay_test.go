@@ -1,6 +1,7 @@
 package sqlsink_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xadb/xa/sink/filesource"
+	"github.com/xadb/xa/sink/gensource"
 	"github.com/xadb/xa/sink/sqlsink"
 )
 
@@ -355,5 +357,77 @@ func testReplayConcurrent(t *testing.T, progress string) {
 	}
 	if got := e.deadLetters(); len(got) != 2 {
 		t.Fatalf("dead letters %q; want the 2 others", got)
+	}
+}
+
+// TestReplayWhileRunning (issue 18, item 2): a replay runs while an
+// instance of the sink writes 3000 generated records over 3 partitions
+// into the same tables: the replayed record and every generated one land
+// once in each database (by partition and position), the dead letter is
+// gone. Run with the progress target on each database.
+func TestReplayWhileRunning(t *testing.T) {
+	t.Parallel()
+	for _, progress := range progressTargets {
+		t.Run("progress="+progress, func(t *testing.T) {
+			t.Parallel()
+			testReplayWhileRunning(t, progress)
+		})
+	}
+}
+
+func testReplayWhileRunning(t *testing.T, progress string) {
+	e := replayEnv(t, progress)
+	ctx := testCtx(t)
+	e.fixTable()
+	sel := []sqlsink.DeadLetterID{e.fractionID()}
+	runner, replayer := e.open(), e.open()
+	var wg sync.WaitGroup
+	var runErr error
+	wg.Go(func() { runErr = e.run(runner, gensource.New(gen(3000, 3))) })
+	// Replay once the instance is writing.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if n, err := e.myCount(ctx, "SELECT count(*) FROM events"); err != nil {
+			t.Fatal(err)
+		} else if n > 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the instance wrote nothing in 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rep, err := replayer.Replay(ctx, sqlsink.ReplayOptions{Select: sel})
+	wg.Wait()
+	if err != nil || runErr != nil {
+		t.Fatalf("replay: %v; run: %v", err, runErr)
+	}
+	t.Logf("replay while running: %q", outcomes(rep))
+	if rep.Count(sqlsink.Replayed) != 1 {
+		t.Errorf("replay: %q; want the fraction replayed", outcomes(rep))
+	}
+	e.settle(replayer)
+	const q = "SELECT count(*) FROM (SELECT DISTINCT p, pos FROM events) d"
+	for _, c := range []struct {
+		name  string
+		count func(context.Context, string, ...any) (int64, error)
+	}{{tgMy, e.myCount}, {tgPg, e.pgCount}} {
+		all, err := c.count(ctx, "SELECT count(*) FROM events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		distinct, err := c.count(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if all != 3005 || distinct != 3005 {
+			t.Errorf("%s: %d rows, %d distinct records; want the 4 good records, the replayed one and the 3000 generated, once each", c.name, all, distinct)
+		}
+	}
+	if my, pg, _, _ := e.fractionRows(); my != 1 || pg != 1 {
+		t.Errorf("the fraction's row %d times in %s, %d in %s; want once in each", my, tgMy, pg, tgPg)
+	}
+	if got := e.deadLetters(); len(got) != 2 {
+		t.Errorf("dead letters %q; want the 2 others", got)
 	}
 }
