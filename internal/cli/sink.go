@@ -36,13 +36,14 @@ positions it reached (docs/sink.md).
   xactl sink run NAME      run an instance until interrupted
   xactl sink status NAME   positions, lag, instances, prepared branches
   xactl sink dead-letters NAME   the bad records set aside (on_error: dead_letter)
+  xactl sink replay NAME   write dead letters again once fixed, exactly once
 
 A sink's prepared branches (XIDs of format 0x78730001, xs1.<sink>.…) are
 resolved by its own restore, which every instance runs when it takes
 partitions and every 10 s: never by xactl recover. xactl list shows them as
 the sink's; xactl commit and rollback refuse them without --force.`,
 	}
-	cmd.AddCommand(newSinkSetup(g), newSinkRun(g), newSinkStatus(g), newSinkDeadLetters(g))
+	cmd.AddCommand(newSinkSetup(g), newSinkRun(g), newSinkStatus(g), newSinkDeadLetters(g), newSinkReplay(g))
 	return cmd
 }
 
