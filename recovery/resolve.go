@@ -196,7 +196,7 @@ func (s *Scanner) resolveStores(ctx context.Context, participant string) (*scanS
 		return nil, fmt.Errorf("recovery: resolve: refusing to act on participant %q: %w", participant, err)
 	}
 	for _, rm := range s.cfg.Participants {
-		if ds, ok := store(rm); ok && st.unfit[rm.Name()] == nil {
+		if ds, ok := xa.AsDecisionStore(rm); ok && st.unfit[rm.Name()] == nil {
 			st.stores[rm.Name()] = ds
 		}
 	}

@@ -115,23 +115,6 @@ func (s *Scanner) Plan(ctx context.Context) (Report, error) { return s.traced(ct
 // each Branch.Err.
 func (s *Scanner) Scan(ctx context.Context) (Report, error) { return s.traced(ctx, false) }
 
-// hasDecisionTable is implemented by participants that implement
-// DecisionStore but may have it turned off (a PostgreSQL participant
-// without a decision table).
-type hasDecisionTable interface{ HasDecisionTable() bool }
-
-// store returns rm as a decision store, if it is one.
-func store(rm xa.ResourceManager) (DecisionStore, bool) {
-	ds, ok := rm.(DecisionStore)
-	if !ok {
-		return nil, false
-	}
-	if h, ok := rm.(hasDecisionTable); ok && !h.HasDecisionTable() {
-		return nil, false
-	}
-	return ds, true
-}
-
 // server is one listing: a participant, or several on one server
 // (SharedServer) whose listings are the same.
 type server struct {
@@ -272,7 +255,7 @@ func (s *Scanner) readStores(ctx context.Context, st *scanState, rep *Report) er
 	// aborted in this scan then.
 	unread := map[string]error{}
 	for _, rm := range s.cfg.Participants {
-		ds, ok := store(rm)
+		ds, ok := xa.AsDecisionStore(rm)
 		if !ok || st.unfit[rm.Name()] != nil {
 			continue
 		}

@@ -1125,19 +1125,12 @@ func (s *Sink) forgetDue() bool {
 	return true
 }
 
-// ghostCounter is implemented by targets whose server may hold prepared
-// transactions its recover listing does not show (drivers/mysql on
-// MariaDB, docs/xa-facts.md fact 7).
-type ghostCounter interface {
-	UnlistedPrepared(ctx context.Context) (int, error)
-}
-
 // hiddenPrepared says why old decision rows must be kept: a target holds
 // prepared transactions it does not list (or cannot tell). "" when none
 // does.
 func (s *Sink) hiddenPrepared(ctx context.Context) string {
 	for _, name := range s.names {
-		gc, ok := s.targets[name].rm.(ghostCounter)
+		gc, ok := s.targets[name].rm.(xa.GhostCounter)
 		if !ok {
 			continue
 		}
