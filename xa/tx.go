@@ -57,6 +57,16 @@ type Tx struct {
 	stats    TxStats
 	span     Span   // the transaction's span; nil when not traced (Config.Tracer)
 	spans    []Span // spans of actions in flight, by branch (and the decision log last)
+
+	// first holds the by-branch slices of the first two branches (the
+	// common case) within the Tx's own allocation.
+	first struct {
+		branches [2]Branch
+		rms      [2]ResourceManager
+		names    [2]string
+		xids     [2]XID
+		origins  [2]Origin
+	}
 }
 
 // decision is the proof that branches may be told to commit. Only
@@ -84,6 +94,8 @@ func newTx(parent context.Context, m *Manager, id GlobalID, now time.Time) *Tx {
 		span: span,
 	}
 	tx.m.log = m.ident.ID
+	tx.branches, tx.rms, tx.names = tx.first.branches[:0], tx.first.rms[:0], tx.first.names[:0]
+	tx.xids, tx.origins = tx.first.xids[:0], tx.first.origins[:0]
 	tx.cancel = func(cause error) { cancel(cause); tcancel() }
 	tx.stopExp = context.AfterFunc(tctx, tx.expire)
 	return tx
