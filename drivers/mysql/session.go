@@ -20,6 +20,10 @@ type session struct {
 	id     uint64   // CONNECTION_ID()
 	server serverInfo
 	g      guard // armed while a statement runs (see watch)
+
+	// For a branch's session: the branch's work context and its parent,
+	// Start's context (see watch).
+	work, start context.Context
 }
 
 // newSession takes a connection from the pool and pins it.
@@ -181,15 +185,16 @@ type watchSlot struct {
 	stop func() bool     // nil when ctx never ends
 }
 
-// set makes the slot watch ctx, keeping the callback it has if ctx is the
-// context it watches already.
-func (w *watchSlot) set(g *guard, ctx context.Context) {
+// set makes the slot watch ctx, keeping what it has if ctx is the context
+// it watches already. With callback false it only holds ctx (for drv):
+// another slot's callback covers it.
+func (w *watchSlot) set(g *guard, ctx context.Context, callback bool) {
 	if w.ctx == ctx {
 		return
 	}
 	w.clear()
 	w.ctx = ctx
-	if ctx.Done() != nil {
+	if callback && ctx.Done() != nil {
 		w.stop = context.AfterFunc(ctx, func() { g.fire(ctx) })
 	}
 }
@@ -204,16 +209,26 @@ func (w *watchSlot) clear() {
 // watch arms the session's guard for a and b (b may be nil) and returns
 // the context to hand to the driver: a's values (a traced statement's
 // span, for a Config.Connector wrapper), none of its cancellation.
+//
+// On a branch's session, a statement bounded by Start's context (what
+// xa.Tx gives its callers) is watched through the callback on the
+// branch's work context, which that context ends (see fire), rather than
+// through a callback of its own.
 func (s *session) watch(a, b context.Context) (context.Context, *guard) {
 	g := &s.g
 	g.s = s
-	g.slots[0].set(g, a)
+	viaWork := s.work != nil && a == s.start
+	g.slots[0].set(g, a, !viaWork)
 	if g.slots[0].drv == nil {
 		g.slots[0].drv = context.WithoutCancel(a)
 	}
 	drv := g.slots[0].drv
-	if b != nil {
-		g.slots[1].set(g, b)
+	if b != nil || viaWork {
+		w := b
+		if w == nil {
+			w = s.work
+		}
+		g.slots[1].set(g, w, true)
 	}
 	var cancelDrv context.CancelFunc
 	if s.dc.sock == nil {
@@ -241,9 +256,14 @@ func (g *guard) unwatch() {
 }
 
 // fire kills the armed statement because ctx ended, if ctx is one of its
-// contexts and no kill was started for it yet.
+// contexts and no kill was started for it yet. The branch's work context
+// ending also stands for Start's context when that has ended (it ends
+// work, its child, before work's callbacks run).
 func (g *guard) fire(ctx context.Context) {
 	g.mu.Lock()
+	if ctx == g.s.work && ctx != g.b && g.a == g.s.start && g.a != nil && g.a.Err() != nil {
+		ctx = g.a
+	}
 	if !g.armed || g.fired || (ctx != g.a && ctx != g.b) {
 		g.mu.Unlock()
 		return
