@@ -33,6 +33,7 @@ func (rm *RM) newSession(ctx context.Context) (*session, error) {
 		return nil, err
 	}
 	s := &session{rm: rm, conn: conn}
+	s.g.s = s
 	err = conn.Raw(func(dc any) error {
 		w, ok := dc.(*drvConn)
 		if !ok {
@@ -216,7 +217,6 @@ func (w *watchSlot) clear() {
 // through a callback of its own.
 func (s *session) watch(a, b context.Context) (context.Context, *guard) {
 	g := &s.g
-	g.s = s
 	viaWork := s.work != nil && a == s.start
 	g.slots[0].set(g, a, !viaWork)
 	if g.slots[0].drv == nil {
