@@ -57,6 +57,16 @@ type Tx struct {
 	stats    TxStats
 	span     Span   // the transaction's span; nil when not traced (Config.Tracer)
 	spans    []Span // spans of actions in flight, by branch (and the decision log last)
+
+	// first holds the by-branch slices of the first two branches (the
+	// common case) within the Tx's own allocation.
+	first struct {
+		branches [2]Branch
+		rms      [2]ResourceManager
+		names    [2]string
+		xids     [2]XID
+		origins  [2]Origin
+	}
 }
 
 // decision is the proof that branches may be told to commit. Only
@@ -84,6 +94,8 @@ func newTx(parent context.Context, m *Manager, id GlobalID, now time.Time) *Tx {
 		span: span,
 	}
 	tx.m.log = m.ident.ID
+	tx.branches, tx.rms, tx.names = tx.first.branches[:0], tx.first.rms[:0], tx.first.names[:0]
+	tx.xids, tx.origins = tx.first.xids[:0], tx.first.origins[:0]
 	tx.cancel = func(cause error) { cancel(cause); tcancel() }
 	tx.stopExp = context.AfterFunc(tctx, tx.expire)
 	return tx
@@ -419,7 +431,7 @@ func (d *driver) start(acts []action, mayCommit bool) action {
 				tx.mgr.log.WarnContext(tx.ctx, "releasing branch session", "tx", tx.id, "rm", tx.rms[a.i].Name(), "err", err)
 			}
 		case actForget:
-			if err := tx.mgr.cfg.Log.Forget(context.WithoutCancel(d.ctx), tx.id); err != nil {
+			if err := tx.mgr.cfg.Log.Forget(detached(d.ctx), tx.id); err != nil {
 				tx.mgr.log.WarnContext(tx.ctx, "forgetting decision record; recovery will", "tx", tx.id, "err", err)
 			}
 		case actLogHeuristic:
@@ -472,7 +484,7 @@ func (tx *Tx) perform(ctx context.Context, a action, events chan<- event) {
 		}
 		events <- evVote{i: a.i, vote: v, err: err}
 	case actOnePhase:
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Phase2Timeout)
+		pctx, cancel := context.WithTimeout(detached(ctx), cfg.Phase2Timeout)
 		err := tx.branches[a.i].(OnePhaseCommitter).CommitOnePhase(pctx)
 		cancel()
 		events <- evPhase2{i: a.i, err: err}
@@ -492,13 +504,13 @@ func (tx *Tx) perform(ctx context.Context, a action, events chan<- event) {
 		err := tx.commitLast(ctx, a.i, a.branches)
 		events <- evPhase2{i: a.i, err: err}
 	case actLookupAbort:
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Phase2Timeout)
+		lctx, cancel := context.WithTimeout(detached(ctx), cfg.Phase2Timeout)
 		_, aborted, err := cfg.Log.LookupAbort(lctx, tx.id)
 		cancel()
 		events <- evLookedUp{i: a.i, aborted: aborted, err: err}
 	case actRollback:
 		time.Sleep(tx.mgr.backoff(a.attempt))
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Phase2Timeout)
+		pctx, cancel := context.WithTimeout(detached(ctx), cfg.Phase2Timeout)
 		var err error
 		if a.viaRM {
 			err = tx.rms[a.i].Rollback(pctx, tx.xid(a.i), tx.origins[a.i])
@@ -521,7 +533,7 @@ func (tx *Tx) performCommit(ctx context.Context, a actCommit, d decision, events
 		return
 	}
 	time.Sleep(tx.mgr.backoff(a.attempt))
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tx.mgr.cfg.Phase2Timeout)
+	pctx, cancel := context.WithTimeout(detached(ctx), tx.mgr.cfg.Phase2Timeout)
 	err := tx.commitBranch(pctx, d, a.i, a.viaRM)
 	cancel()
 	events <- evPhase2{i: a.i, err: err}
@@ -557,7 +569,7 @@ func (tx *Tx) commitLast(ctx context.Context, i int, prepared []int) error {
 	lr := tx.branches[i].(LastResource)
 	name := tx.rms[i].Name()
 	refuse := func(reason error) error {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tx.mgr.cfg.Phase2Timeout)
+		rctx, cancel := context.WithTimeout(detached(ctx), tx.mgr.cfg.Phase2Timeout)
 		defer cancel()
 		if err := tx.branches[i].Rollback(rctx); err != nil {
 			tx.mgr.log.WarnContext(tx.ctx, "rolling back the last resource; its session is closed", "tx", tx.id, "rm", name, "err", err)
@@ -634,7 +646,7 @@ func (tx *Tx) decisionCtx(ctx context.Context) (context.Context, context.CancelF
 	if tx.deadline.Before(d) {
 		d = tx.deadline
 	}
-	return context.WithDeadline(context.WithoutCancel(ctx), d)
+	return context.WithDeadline(detached(ctx), d)
 }
 
 // decided returns the proof that branches may commit. It panics if there
@@ -669,7 +681,7 @@ func (tx *Tx) logHeuristic(ctx context.Context, a actLogHeuristic) {
 	tx.mgr.log.ErrorContext(tx.ctx, "heuristic outcome: the database rolled back a branch whose commit was decided", "tx", tx.id, "rm", name, "err", a.reason)
 	h := HeuristicRecord{RM: name, XID: tx.xid(a.i), Action: OutcomeRollback, Forced: true, Time: time.Now(),
 		Reason: "the database rolled the branch back in phase 2 although the decision was commit: " + a.reason.Error()}
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tx.mgr.cfg.Phase2Timeout)
+	hctx, cancel := context.WithTimeout(detached(ctx), tx.mgr.cfg.Phase2Timeout)
 	defer cancel()
 	if err := tx.mgr.cfg.Log.LogHeuristic(hctx, h); err != nil {
 		tx.mgr.log.ErrorContext(tx.ctx, "recording a heuristic outcome in the decision log failed", "tx", tx.id, "rm", name, "err", err)
@@ -806,4 +818,16 @@ func mergeCtx(a, b context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(a)
 	stop := context.AfterFunc(b, func() { cancel(context.Cause(b)) })
 	return ctx, func() { stop(); cancel(context.Canceled) }
+}
+
+// detached returns ctx's values without its cancellation or deadline, as
+// context.WithoutCancel does, and ctx itself, without an allocation, when
+// it has neither (context.Background, or values on it).
+func detached(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		if _, ok := ctx.Deadline(); !ok {
+			return ctx
+		}
+	}
+	return context.WithoutCancel(ctx)
 }

@@ -201,3 +201,187 @@ func TestRollbackInterruptsStatement(t *testing.T) {
 		t.Fatalf("k=1 is %d", v)
 	}
 }
+
+// The guard keeps its callback on a context from one statement to the
+// next (see guard): a context that bounds several statements still
+// interrupts a later one; once it has ended between statements, the next
+// statement with it is refused without being sent; and a context that
+// ended after the statements it bounded does not interrupt a later
+// statement bounded by another context.
+func TestCallerContextAcrossStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, raw := setup(t)
+	mustExec(t, raw, "INSERT INTO kv VALUES (1, 1), (2, 2), (3, 3)")
+	w := newWire(t)
+	rm := openRM(t, w.dsn(t, db.DSN()))
+
+	t.Run("same context, later statement interrupted", func(t *testing.T) {
+		release := holdRow(t, raw, 1)
+		defer release()
+		b, err := rm.Start(ctx, newXID(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Rollback(ctx)
+		c := conn(b)
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		for range 3 {
+			if _, err := c.ExecContext(sctx, "UPDATE kv SET v = v + 1 WHERE k = 2"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.AfterFunc(300*time.Millisecond, cancel)
+		t0 := time.Now()
+		_, err = c.ExecContext(sctx, "UPDATE kv SET v = 10 WHERE k = 1")
+		if !errors.Is(err, context.Canceled) || time.Since(t0) > 1500*time.Millisecond {
+			t.Fatalf("after %v: %v, want context.Canceled within about a second", time.Since(t0), err)
+		}
+		wantMySQLErr(t, err, erQueryInterrupted)
+		before := w.commands.Load()
+		if _, err := c.ExecContext(sctx, "SELECT 1"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("statement with the ended context: %v", err)
+		}
+		if w.commands.Load() != before {
+			t.Fatal("statement with the ended context was sent")
+		}
+		// The session survived: the branch goes on with another context.
+		mustExec(t, c, "UPDATE kv SET v = v + 1 WHERE k = 2")
+	})
+
+	t.Run("ended context spares a later statement", func(t *testing.T) {
+		release := holdRow(t, raw, 3)
+		b, err := rm.Start(ctx, newXID(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := conn(b)
+		sctx, cancel := context.WithCancel(ctx)
+		if _, err := c.ExecContext(sctx, "UPDATE kv SET v = v + 1 WHERE k = 2"); err != nil {
+			t.Fatal(err)
+		}
+		id := sessionID(t, c)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.ExecContext(ctx, "UPDATE kv SET v = 30 WHERE k = 3")
+			errc <- err
+		}()
+		waitLockWait(t, raw, id)
+		cancel() // while the later statement waits for the lock
+		time.Sleep(300 * time.Millisecond)
+		release()
+		if err := <-errc; err != nil {
+			t.Fatalf("statement bounded by another context: %v", err)
+		}
+		if err := b.(xa.OnePhaseCommitter).CommitOnePhase(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := getV(t, raw, 3); v != 30 {
+			t.Fatalf("k=3 is %d, want 30", v)
+		}
+	})
+}
+
+// Statements bounded by Start's own context (as xa.Tx's callers run
+// them), which the guard watches through the branch's work context: when
+// that context ends, the running statement is interrupted with its cause
+// and the next one is refused without being sent; a Rollback interrupts
+// such a statement too.
+func TestStartContextAsStatementContext(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, raw := setup(t)
+	mustExec(t, raw, "INSERT INTO kv VALUES (1, 1), (2, 2)")
+	w := newWire(t)
+	rm := openRM(t, w.dsn(t, db.DSN()))
+
+	t.Run("context ends", func(t *testing.T) {
+		release := holdRow(t, raw, 1)
+		defer release()
+		bctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		b, err := rm.Start(bctx, newXID(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Rollback(ctx)
+		c := conn(b)
+		if _, err := c.ExecContext(bctx, "UPDATE kv SET v = 20 WHERE k = 2"); err != nil {
+			t.Fatal(err)
+		}
+		stop := errors.New("global timeout")
+		time.AfterFunc(300*time.Millisecond, func() { cancel(stop) })
+		t0 := time.Now()
+		_, err = c.ExecContext(bctx, "UPDATE kv SET v = 10 WHERE k = 1")
+		if !errors.Is(err, stop) || time.Since(t0) > 1500*time.Millisecond {
+			t.Fatalf("after %v: %v, want the context's cause within about a second", time.Since(t0), err)
+		}
+		wantMySQLErr(t, err, erQueryInterrupted)
+		before := w.commands.Load()
+		if _, err := c.ExecContext(bctx, "SELECT 1"); !errors.Is(err, stop) {
+			t.Fatalf("statement after the context ended: %v", err)
+		}
+		if w.commands.Load() != before {
+			t.Fatal("statement after the context ended was sent")
+		}
+	})
+
+	// The branch's own commands (XA PREPARE, XA COMMIT, XA ROLLBACK) run
+	// under the TM's context alone, not the work context, which Rollback
+	// and Close end; under Start's context, that context ending still
+	// interrupts them.
+	t.Run("branch command", func(t *testing.T) {
+		release := holdRow(t, raw, 1)
+		defer release()
+		bctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		b, err := rm.Start(bctx, newXID(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Rollback(ctx)
+		if _, err := conn(b).ExecContext(bctx, "UPDATE kv SET v = 20 WHERE k = 2"); err != nil {
+			t.Fatal(err)
+		}
+		stop := errors.New("global timeout")
+		time.AfterFunc(300*time.Millisecond, func() { cancel(stop) })
+		t0 := time.Now()
+		err = b.(*branch).s.exec(bctx, "SELECT v FROM kv WHERE k = 1 FOR UPDATE")
+		var ce *cancelledError
+		if !errors.As(err, &ce) || !errors.Is(err, stop) || time.Since(t0) > 1500*time.Millisecond {
+			t.Fatalf("after %v: %v, want a *cancelledError with the context's cause within about a second", time.Since(t0), err)
+		}
+	})
+
+	t.Run("Rollback", func(t *testing.T) {
+		release := holdRow(t, raw, 1)
+		defer release()
+		bctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		b, err := rm.Start(bctx, newXID(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := conn(b)
+		if _, err := c.ExecContext(bctx, "UPDATE kv SET v = 20 WHERE k = 2"); err != nil {
+			t.Fatal(err)
+		}
+		id := sessionID(t, c)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.ExecContext(bctx, "UPDATE kv SET v = 10 WHERE k = 1")
+			errc <- err
+		}()
+		waitLockWait(t, raw, id)
+		if err := b.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; !errors.Is(err, errRollingBack) {
+			t.Fatalf("interrupted statement: %v", err)
+		}
+		if v, _ := getV(t, raw, 2); v != 2 {
+			t.Fatalf("k=2 is %d", v)
+		}
+	})
+}

@@ -248,6 +248,7 @@ func (rm *RM) Start(ctx context.Context, xid xa.XID) (xa.Branch, error) {
 			b.stopWork(err)
 			return nil, rm.rmError(opStart, xid, nil, err)
 		}
+		s.work, s.start = b.work, ctx
 		b.s = s
 	}
 	// else: the branch's work is over before it began; it takes no

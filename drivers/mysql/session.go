@@ -19,6 +19,11 @@ type session struct {
 	dc     *drvConn // reached once through conn.Raw; only its own fields are used outside Raw
 	id     uint64   // CONNECTION_ID()
 	server serverInfo
+	g      guard // armed while a statement runs (see watch)
+
+	// For a branch's session: the branch's work context and its parent,
+	// Start's context (see watch).
+	work, start context.Context
 }
 
 // newSession takes a connection from the pool and pins it.
@@ -28,6 +33,7 @@ func (rm *RM) newSession(ctx context.Context) (*session, error) {
 		return nil, err
 	}
 	s := &session{rm: rm, conn: conn}
+	s.g.s = s
 	err = conn.Raw(func(dc any) error {
 		w, ok := dc.(*drvConn)
 		if !ok {
@@ -48,6 +54,7 @@ func (rm *RM) newSession(ctx context.Context) (*session, error) {
 // other is closed and never reused, so that the server detaches a prepared
 // branch or rolls back an active one.
 func (s *session) release(clean bool) {
+	s.g.unwatch()
 	if clean {
 		if s.dc.xa.Load() {
 			s.dc.cleanAt.Store(s.dc.clock.low(s.rm.now()).UnixNano())
@@ -64,6 +71,7 @@ func (s *session) release(clean bool) {
 // (database/sql.(*DB).putConn), and the xa flag makes sure no code path can
 // pool it again.
 func (s *session) discard() {
+	s.g.unwatch()
 	s.dc.xa.Store(true)
 	_ = s.conn.Raw(func(any) error { return driver.ErrBadConn })
 	_ = s.conn.Close() // sql.ErrConnDone: already closed by the line above
@@ -130,7 +138,7 @@ func interrupted(err error) bool {
 	return false
 }
 
-// guard cancels the statement running on a session when one of two
+// guard cancels the statement running on a session when one of its two
 // contexts ends, with KILL QUERY sent from the RM's side pool: the server
 // interrupts the statement and answers it with an error, and the session
 // (with the branch on it) survives. go-sql-driver never sees the caller's
@@ -146,57 +154,141 @@ func interrupted(err error) bool {
 // it can makes it hand the context to a goroutine of the connection's and
 // back (and database/sql start a goroutine per Rows), which is why the
 // socket is the last resort when it is known.
+//
+// There is one guard per session, armed for each statement (watch) and
+// disarmed when it returns (stop). It watches a context with a standing
+// callback (context.AfterFunc) that it keeps from one statement to the
+// next while the statement's contexts stay the same ones (a branch's work
+// context; the caller's, when one context bounds several statements), and
+// drops when the session is released: the callbacks, not the statements,
+// cost the allocations. A callback that runs while no statement is armed,
+// or for a context the armed statement does not watch, does nothing: the
+// next statement with that context is refused before it is sent (ready,
+// exec), or, if it got past that check, killed when armed (watch).
 type guard struct {
-	s         *session
-	once      sync.Once
-	fired     chan struct{} // closed when the kill has been delivered (or failed)
-	cause     error
-	dropped   bool // KILL QUERY failed: the connection was closed instead
-	stopA     func() bool
-	stopB     func() bool
-	cancelDrv context.CancelFunc // nil when the socket is closed instead
+	s     *session
+	slots [2]watchSlot // standing callbacks: [0] for a, [1] for b
 
-	mu   sync.Mutex
-	over bool // the statement returned: its socket is not closed any more
+	mu        sync.Mutex
+	armed     bool            // a statement runs: the callbacks may kill it
+	a, b      context.Context // the armed statement's contexts (b may be nil)
+	fired     bool            // a context ended while armed: a kill was started
+	delivered chan struct{}   // closed when that kill has been delivered (or failed)
+	cause     error
+	dropped   bool               // KILL QUERY failed: the connection was closed instead
+	cancelDrv context.CancelFunc // nil when the socket is closed instead
 }
 
-// watch arms a guard for a and b (b may be nil) and returns the context
-// to hand to the driver: a's values (a traced statement's span, for a
-// Config.Connector wrapper), none of its cancellation.
-func (s *session) watch(a, b context.Context) (context.Context, *guard) {
-	g := &guard{s: s, fired: make(chan struct{})}
-	drv := context.WithoutCancel(a)
-	if s.dc.sock == nil {
-		drv, g.cancelDrv = context.WithCancel(drv)
+// watchSlot is a standing callback on one context.
+type watchSlot struct {
+	ctx  context.Context
+	drv  context.Context // context.WithoutCancel(ctx), for slot 0
+	stop func() bool     // nil when ctx never ends
+}
+
+// set makes the slot watch ctx, keeping what it has if ctx is the context
+// it watches already. With callback false it only holds ctx (for drv):
+// another slot's callback covers it.
+func (w *watchSlot) set(g *guard, ctx context.Context, callback bool) {
+	if w.ctx == ctx {
+		return
 	}
-	g.stopA = context.AfterFunc(a, func() { g.kill(a) })
-	if b != nil {
-		g.stopB = context.AfterFunc(b, func() { g.kill(b) })
+	w.clear()
+	w.ctx = ctx
+	if callback && ctx.Done() != nil {
+		w.stop = context.AfterFunc(ctx, func() { g.fire(ctx) })
+	}
+}
+
+func (w *watchSlot) clear() {
+	if w.stop != nil {
+		w.stop()
+	}
+	*w = watchSlot{}
+}
+
+// watch arms the session's guard for a and b (b may be nil) and returns
+// the context to hand to the driver: a's values (a traced statement's
+// span, for a Config.Connector wrapper), none of its cancellation.
+//
+// On a branch's session, a statement bounded by Start's context (what
+// xa.Tx gives its callers) is watched through the callback on the
+// branch's work context, which that context ends (see fire), rather than
+// through a callback of its own.
+func (s *session) watch(a, b context.Context) (context.Context, *guard) {
+	g := &s.g
+	viaWork := s.work != nil && a == s.start
+	g.slots[0].set(g, a, !viaWork)
+	if g.slots[0].drv == nil {
+		g.slots[0].drv = context.WithoutCancel(a)
+	}
+	drv := g.slots[0].drv
+	if b != nil || viaWork {
+		w := b
+		if w == nil {
+			w = s.work
+		}
+		g.slots[1].set(g, w, true)
+	}
+	var cancelDrv context.CancelFunc
+	if s.dc.sock == nil {
+		drv, cancelDrv = context.WithCancel(drv)
+	}
+	g.mu.Lock()
+	g.armed, g.a, g.b = true, a, b
+	g.fired, g.delivered, g.cause, g.dropped, g.cancelDrv = false, nil, nil, false, cancelDrv
+	g.mu.Unlock()
+	// A context that ended before it was armed was not acted on by its
+	// callback (or will be, as it finds the guard armed now).
+	if a.Err() != nil {
+		go g.fire(a)
+	} else if b != nil && b.Err() != nil {
+		go g.fire(b)
 	}
 	return drv, g
 }
 
-func (g *guard) kill(ctx context.Context) {
-	g.once.Do(func() {
-		g.cause = ctxError(ctx)
-		if err := g.s.rm.killQuery(g.s.id); err != nil {
-			g.s.rm.log.Warn("mysql: KILL QUERY failed; closing the connection instead", "session", g.s.id, "err", err)
-			if g.cancelDrv != nil {
-				g.dropped = true
-				g.cancelDrv() // go-sql-driver closes the connection, if the statement still runs
-			} else {
-				// Only while the statement runs: a connection whose
-				// statement returned is not broken behind its back.
-				g.mu.Lock()
-				if !g.over {
-					g.dropped = true
-					g.s.dc.sock.Close() //nolint:errcheck // the statement's error says the rest
-				}
-				g.mu.Unlock()
-			}
+// unwatch drops the guard's standing callbacks: the session is released.
+// No statement is armed.
+func (g *guard) unwatch() {
+	g.slots[0].clear()
+	g.slots[1].clear()
+}
+
+// fire kills the armed statement because ctx ended, if ctx is one of its
+// contexts and no kill was started for it yet. The branch's work context
+// ending also stands for Start's context when that has ended (it ends
+// work, its child, before work's callbacks run).
+func (g *guard) fire(ctx context.Context) {
+	g.mu.Lock()
+	if ctx == g.s.work && ctx != g.b && g.a == g.s.start && g.a != nil && g.a.Err() != nil {
+		ctx = g.a
+	}
+	if !g.armed || g.fired || (ctx != g.a && ctx != g.b) {
+		g.mu.Unlock()
+		return
+	}
+	g.fired = true
+	g.cause = ctxError(ctx)
+	delivered := make(chan struct{})
+	g.delivered = delivered
+	cancelDrv := g.cancelDrv
+	g.mu.Unlock()
+	if err := g.s.rm.killQuery(g.s.id); err != nil {
+		g.s.rm.log.Warn("mysql: KILL QUERY failed; closing the connection instead", "session", g.s.id, "err", err)
+		g.mu.Lock()
+		if cancelDrv != nil {
+			g.dropped = true
+			cancelDrv() // go-sql-driver closes the connection, if the statement still runs
+		} else if g.armed {
+			// Only while the statement runs: a connection whose
+			// statement returned is not broken behind its back.
+			g.dropped = true
+			g.s.dc.sock.Close() //nolint:errcheck // the statement's error says the rest
 		}
-		close(g.fired)
-	})
+		g.mu.Unlock()
+	}
+	close(delivered)
 }
 
 // stop disarms the guard. If it fired, stop waits until the kill has been
@@ -204,17 +296,14 @@ func (g *guard) kill(ctx context.Context) {
 // returns the context's error.
 func (g *guard) stop() error {
 	g.mu.Lock()
-	g.over = true
+	g.armed = false
+	fired, delivered := g.fired, g.delivered
+	g.a, g.b = nil, nil
 	g.mu.Unlock()
-	a := g.stopA()
-	b := true
-	if g.stopB != nil {
-		b = g.stopB()
-	}
-	if a && b {
+	if !fired {
 		return nil
 	}
-	<-g.fired
+	<-delivered
 	return g.cause
 }
 

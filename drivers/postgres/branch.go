@@ -43,6 +43,7 @@ type branch struct {
 	// statement's context ends with it.
 	life    context.Context
 	endLife context.CancelCauseFunc
+	start   context.Context // Start's context, life's parent
 
 	mu        sync.Mutex
 	state     state
@@ -69,6 +70,7 @@ var (
 func newBranch(ctx context.Context, rm *RM, xid xa.XID) *branch {
 	b := &branch{rm: rm, xid: xid, lit: quoteLiteral(xid.String()), state: stActive}
 	b.life, b.endLife = context.WithCancelCause(ctx)
+	b.start = ctx
 	b.sess = &Conn{b: b}
 	rm.track(b)
 	return b

@@ -85,8 +85,15 @@ func (b *branch) enter(ctx context.Context) (*stmt, error) {
 	conn := b.conn
 	b.mu.Unlock()
 
-	sctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(b.life, func() { cancel(context.Cause(b.life)) })
+	sctx, cancel, stop := b.life, noCancel, noStop
+	if ctx != b.start {
+		// A context of its own: the statement ends with it or with the
+		// branch's life. (Start's context, what xa.Tx gives its
+		// callers, ends life itself: life alone bounds the statement,
+		// without a context and a callback more per statement.)
+		sctx, cancel = context.WithCancelCause(ctx)
+		stop = context.AfterFunc(b.life, func() { cancel(context.Cause(b.life)) })
+	}
 	if conn == nil {
 		c, err := b.rm.pool.Acquire(sctx)
 		b.mu.Lock()
@@ -118,6 +125,9 @@ func (b *branch) enter(ctx context.Context) (*stmt, error) {
 	b.mu.Unlock()
 	return &stmt{b: b, ctx: sctx, cancel: cancel, stop: stop, conn: conn.Conn(), begin: !begun}, nil
 }
+
+func noCancel(error) {}
+func noStop() bool   { return true }
 
 // exit ends the statement: it learns the transaction's state from the
 // session (open, failed, gone) and releases the session for the next

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -530,7 +531,11 @@ func TestCancelBlockedStatement(t *testing.T) {
 	ctx := testCtx(t)
 	mustExec(t, db, "INSERT INTO kv VALUES (1, 0)")
 
-	for _, how := range []string{"statement context", "branch context", "Rollback"} {
+	// "Start's context": the statement runs under the context the branch
+	// was started with (as xa.Tx's callers do), which bounds it through
+	// the branch's life alone (see enter).
+	hows := []string{"statement context", "branch context", "Rollback", "Start's context", "Rollback, Start's context"}
+	for _, how := range hows {
 		t.Run(how, func(t *testing.T) {
 			holder := raw(t, db)
 			if _, err := holder.Exec(ctx, "BEGIN"); err != nil {
@@ -548,14 +553,17 @@ func TestCancelBlockedStatement(t *testing.T) {
 
 			sctx, scancel := context.WithCancel(ctx)
 			defer scancel()
+			if strings.HasSuffix(how, "Start's context") {
+				sctx = bctx
+			}
 			const after = 300 * time.Millisecond
 			rolledBack := make(chan error, 1)
 			switch how {
 			case "statement context":
 				time.AfterFunc(after, scancel)
-			case "branch context":
+			case "branch context", "Start's context":
 				time.AfterFunc(after, bcancel)
-			case "Rollback":
+			case "Rollback", "Rollback, Start's context":
 				time.AfterFunc(after, func() { rolledBack <- b.Rollback(ctx) })
 			}
 			began := time.Now()
@@ -568,7 +576,7 @@ func TestCancelBlockedStatement(t *testing.T) {
 			if took > time.Second {
 				t.Fatalf("cancelled statement returned %v after the cancel", took)
 			}
-			if how == "Rollback" {
+			if strings.HasPrefix(how, "Rollback") {
 				if err := <-rolledBack; err != nil {
 					t.Fatalf("Rollback: %v", err)
 				}
@@ -605,7 +613,7 @@ func TestCancelBlockedStatement(t *testing.T) {
 			}
 		})
 	}
-	wantValue(t, db, 1, 27) // three holders' -1, three branches' +10
+	wantValue(t, db, 1, 9*len(hows)) // each case's holder's -1 and branch's +10
 }
 
 // A session killed under a branch breaks it: the branch votes abort
