@@ -65,6 +65,8 @@ type rowWriter interface {
 	// the Key columns' values, in Key's order. A key without a row is no
 	// error (a delete applied again changes nothing).
 	delete(ctx context.Context, tb *table, keys [][]any) error
+	// rowGuard lets putRows undo a refused write (refusal.go).
+	rowGuard
 }
 
 // store is a dialect's pool of plain sessions on one target. The progress
