@@ -19,9 +19,12 @@ const (
 	OnErrorStop OnError = "stop"
 	// OnErrorDeadLetter: a record that cannot be mapped (not JSON, a
 	// required path missing, a value its column cannot hold: a
-	// *MappingError) is written to the dead-letter table
+	// *MappingError), or whose row its database refuses (a
+	// *RefusedError), is written to the dead-letter table
 	// (xa_sink_dead_letters, in the progress target) in the same
-	// checkpoint, exactly once like any row, and the others land.
+	// checkpoint, exactly once like any row, and the others land; a
+	// record lands whole or not at all (docs/sink.md, "Rows the
+	// database refuses").
 	OnErrorDeadLetter OnError = "dead_letter"
 )
 

@@ -56,8 +56,10 @@ type statements struct {
 	del string
 }
 
-// rowWriter writes rows on one branch's session. A failed statement is not
-// retried: the caller aborts the checkpoint. The statements of one branch
+// rowWriter writes rows on one branch's session. A write refused for its
+// data returns a *batchRefused, which putRows narrows to its refused rows
+// (refusal.go); any other failed statement is not retried: the caller
+// aborts the checkpoint. The statements of one branch
 // are sent one after the other (flushTargets), never at once.
 type rowWriter interface {
 	write(ctx context.Context, tb *table, rows [][]any) error

@@ -183,7 +183,8 @@ func (in *instance) Begin(ctx context.Context, n uint64) (Handle, error) {
 }
 
 // Write maps records to rows and buffers them; a table's buffer that is
-// full is flushed on its target's branch. A failed statement is not
+// full is flushed on its target's branch. A batch refused for its data is
+// narrowed to its records (refusal.go); any other failed statement is not
 // retried: the error makes the driver abort the checkpoint.
 func (in *instance) Write(ctx context.Context, h Handle, records []sink.Record) error {
 	if err := in.s.check(); err != nil {

@@ -133,7 +133,7 @@ func (w *myWriter) write(ctx context.Context, tb *table, rows [][]any) error {
 }
 
 // guard does nothing: a statement refused in a MySQL/MariaDB branch undoes
-// itself alone (TestMariaDBRefusalInXABranch).
+// itself alone (docs/xa-facts.md, fact 21).
 func (w *myWriter) guard(context.Context) error { return nil }
 
 // undo does nothing (see guard).

@@ -18,7 +18,7 @@ const (
 
 // myRefusals are the errors by which MySQL/MariaDB refuse a row for its
 // data, in a strict session (the sink's): the statement is undone, the
-// transaction goes on (TestMariaDBRefusalInXABranch). A missing table or
+// transaction goes on (docs/xa-facts.md, fact 21). A missing table or
 // column (1146, 1054) is not among them: that is the target's fault, not
 // the record's.
 var myRefusals = map[uint16]bool{

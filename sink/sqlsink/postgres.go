@@ -107,13 +107,14 @@ func (w *pgWriter) undo(ctx context.Context) error {
 // failed, and undo (back to the savepoint of guard) undoes all of it.
 func (w *pgWriter) write(ctx context.Context, tb *table, rows [][]any) (err error) {
 	w.armed = false
+	all := rows // the loop below consumes rows
 	defer func() {
 		var row []any
-		if len(rows) == 1 {
-			row = rows[0]
+		if len(all) == 1 {
+			row = all[0]
 		}
 		if r, ok := pgRefusal(err, tb, row); ok {
-			err = &batchRefused{n: len(rows), refusal: r, err: err}
+			err = &batchRefused{n: len(all), refusal: r, err: err}
 		}
 	}()
 	if !tb.Upsert {

@@ -88,7 +88,7 @@ type refusedRow struct {
 // rowGuard lets a refused write be undone so that the branch goes on:
 // guard is called before each write of putRows, undo after a refusal. On
 // MySQL/MariaDB a refused statement undoes itself and the branch goes on
-// (docs/server-facts.md, TestMariaDBRefusalInXABranch): both do nothing.
+// (docs/xa-facts.md, fact 21): both do nothing.
 // On PostgreSQL a failed statement fails the transaction: guard sets a
 // savepoint, undo rolls back to it.
 type rowGuard interface {
@@ -123,6 +123,10 @@ func putRows(ctx context.Context, w rowWriter, tb *table, rows [][]any, limit in
 				return fmt.Errorf("sink: undoing a refused write to %s on %s: %w (refused: %w)", tb.Name, tb.Target, err, br.err)
 			}
 			a, b := lo+br.done, lo+br.done+br.n
+			if br.n <= 0 || br.done < 0 || b > hi {
+				// A writer's bug: never loop on it.
+				return fmt.Errorf("sink: writing %d rows to %s on %s: a refusal of rows %d..%d: %w", hi-lo, tb.Name, tb.Target, a, b, br.err)
+			}
 			if b-a == 1 {
 				bad, why = append(bad, a), append(why, br)
 			} else {
