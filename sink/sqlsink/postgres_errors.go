@@ -39,17 +39,29 @@ func pgClass(err error) errClass {
 // pgRefusal says whether err refuses a row for its data: SQLSTATE class 22
 // (data exception: too long, out of range, invalid text) or 23 (integrity
 // constraint violation: NOT NULL, CHECK, foreign key, and a unique key in
-// an append table only), or a value pgx could not encode (*EncodeError).
+// an append table only), or a value pgx could not encode (*EncodeError
+// from a COPY, pgx's "failed to encode args[i]" from a statement).
 // It names the column and constraint the server's error carries (its
 // column field, or the COPY context "column x"). An undefined table or
 // column (42P01, 42703) is not a refusal: that is the target's fault.
 func pgRefusal(err error, tb *table, row []any) (refusal, bool) {
+	if err == nil {
+		return refusal{}, false
+	}
 	var ee *EncodeError
 	if errors.As(err, &ee) {
 		return refusal{column: encodedColumn(ee.Reason, tb, row)}, true
 	}
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
+		// pgx refuses a value it cannot encode for a statement's
+		// parameter before the server sees it: "failed to encode
+		// args[7]: unable to encode ..." (args run row by row).
+		if m := reArg.FindStringSubmatch(err.Error()); m != nil && strings.Contains(err.Error(), "unable to encode") {
+			if i, err := strconv.Atoi(m[1]); err == nil && len(tb.Columns) > 0 {
+				return refusal{column: tb.Columns[i%len(tb.Columns)].Name}, true
+			}
+		}
 		return refusal{}, false
 	}
 	switch {
@@ -63,6 +75,9 @@ func pgRefusal(err error, tb *table, row []any) (refusal, bool) {
 	}
 	return r, true
 }
+
+// reArg finds the parameter pgx failed to encode in its message.
+var reArg = regexp.MustCompile(`failed to encode args\[(\d+)\]`)
 
 // reOID finds the type pgx failed to encode for in its message ("unable
 // to encode 100000 into binary format for int2 (OID 21)").
