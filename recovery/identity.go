@@ -48,7 +48,7 @@ func (s *Scanner) checkIdentities(ctx context.Context) (identities, error) {
 		if rm == nil || d.TableID == "" || ids.participants[d.Participant] != nil {
 			continue
 		}
-		if _, ok := store(rm); !ok {
+		if _, ok := xa.AsDecisionStore(rm); !ok {
 			continue
 		}
 		if err := tableIdentity(rm, d); err != nil {

@@ -152,11 +152,14 @@ func (s *Scanner) Resolve(ctx context.Context, x xa.XID, action xa.Outcome, opts
 			}
 		}
 	}
-	if action == xa.OutcomeCommit {
-		err = h.rm.Commit(ctx, x, from)
-	} else {
-		err = h.rm.Rollback(ctx, x, from)
-	}
+	// Not Proven: an operator is told what the database answered, an
+	// unknown XID included (the branch was listed a moment ago).
+	err = xa.Phase2(ctx, scanRetry, xa.Phase2Call{Rollback: action == xa.OutcomeRollback}, func(ctx context.Context) error {
+		if action == xa.OutcomeCommit {
+			return h.rm.Commit(ctx, x, from)
+		}
+		return h.rm.Rollback(ctx, x, from)
+	}).Err
 	if err != nil {
 		if handCommit {
 			err = errors.Join(err, fmt.Errorf("its heuristic record stays: the commit may have happened; run it again, or clear the record (xactl heuristic clear)"))
@@ -196,7 +199,7 @@ func (s *Scanner) resolveStores(ctx context.Context, participant string) (*scanS
 		return nil, fmt.Errorf("recovery: resolve: refusing to act on participant %q: %w", participant, err)
 	}
 	for _, rm := range s.cfg.Participants {
-		if ds, ok := store(rm); ok && st.unfit[rm.Name()] == nil {
+		if ds, ok := xa.AsDecisionStore(rm); ok && st.unfit[rm.Name()] == nil {
 			st.stores[rm.Name()] = ds
 		}
 	}

@@ -115,23 +115,6 @@ func (s *Scanner) Plan(ctx context.Context) (Report, error) { return s.traced(ct
 // each Branch.Err.
 func (s *Scanner) Scan(ctx context.Context) (Report, error) { return s.traced(ctx, false) }
 
-// hasDecisionTable is implemented by participants that implement
-// DecisionStore but may have it turned off (a PostgreSQL participant
-// without a decision table).
-type hasDecisionTable interface{ HasDecisionTable() bool }
-
-// store returns rm as a decision store, if it is one.
-func store(rm xa.ResourceManager) (DecisionStore, bool) {
-	ds, ok := rm.(DecisionStore)
-	if !ok {
-		return nil, false
-	}
-	if h, ok := rm.(hasDecisionTable); ok && !h.HasDecisionTable() {
-		return nil, false
-	}
-	return ds, true
-}
-
 // server is one listing: a participant, or several on one server
 // (SharedServer) whose listings are the same.
 type server struct {
@@ -272,7 +255,7 @@ func (s *Scanner) readStores(ctx context.Context, st *scanState, rep *Report) er
 	// aborted in this scan then.
 	unread := map[string]error{}
 	for _, rm := range s.cfg.Participants {
-		ds, ok := store(rm)
+		ds, ok := xa.AsDecisionStore(rm)
 		if !ok || st.unfit[rm.Name()] != nil {
 			continue
 		}
@@ -634,8 +617,10 @@ func (s *Scanner) act(ctx context.Context, st *scanState, rm xa.ResourceManager,
 			}
 			st.rolledBack[b.ID.String()] = true
 		}
-		err := rm.Rollback(ctx, b.Prepared.XID, xa.Origin{})
-		s.record(b, err, "rolled back in-doubt branch (presumed abort)", attrs)
+		res := xa.Phase2(ctx, scanRetry, xa.Phase2Call{Rollback: true}, func(ctx context.Context) error {
+			return rm.Rollback(ctx, b.Prepared.XID, xa.Origin{})
+		})
+		s.record(b, res.Err, "rolled back in-doubt branch (presumed abort)", attrs)
 	case Anomaly:
 		s.log.Error("in-doubt branch not listed by its commit record: left alone", attrs...)
 	}
@@ -657,15 +642,19 @@ func (s *Scanner) commit(ctx context.Context, rm xa.ResourceManager, b *Branch, 
 			from = br.Origin
 		}
 	}
-	err := rm.Commit(ctx, b.Prepared.XID, from)
-	if errors.Is(err, xa.ErrUnknownXID) {
-		// Listed a moment ago, gone now: a concurrent committer (the
-		// coordinator or another scanner) finished it. Nobody rolls back
-		// a branch with a commit decision: the fence refuses the abort.
-		err = nil
-	}
-	s.record(b, err, "committed in-doubt branch (logged decision)", attrs)
+	// Proven: an "unknown XID" means listed a moment ago, gone now: a
+	// concurrent committer (the coordinator or another scanner) finished
+	// it. Nobody rolls back a branch with a commit decision: the fence
+	// refuses the abort.
+	res := xa.Phase2(ctx, scanRetry, xa.Phase2Call{Proven: true}, func(ctx context.Context) error {
+		return rm.Commit(ctx, b.Prepared.XID, from)
+	})
+	s.record(b, res.Err, "committed in-doubt branch (logged decision)", attrs)
 }
+
+// scanRetry is the scanner's phase-2 policy: one attempt, bounded by the
+// scan's context. The next scan is the retry.
+var scanRetry = xa.RetryPolicy{Attempts: 1}
 
 // fence takes the fence for b's transaction before presumed abort, once per
 // scan and transaction: an abort marker in every configured decision store

@@ -150,6 +150,7 @@ func (r *Runner[H]) Run(ctx context.Context, src Source) (err error) {
 		case <-commitCtx.Done():
 		}
 	})
+	x.prepareCtx = commitCtx
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -228,6 +229,13 @@ type run[H any] struct {
 	taken    map[string]string
 	takeErr  error
 	released error
+
+	// prepareCtx is the context of PreCommit: Run's until it ends, then
+	// DrainTimeout more (the committer's). A prepare is not cut by a stop:
+	// cut between its branches' prepares, or with a prepare's reply
+	// lost, it leaves branches prepared that only the next instance's
+	// restore settles; let through, the shutdown commits the checkpoint.
+	prepareCtx context.Context
 }
 
 // step applies ev under mu and performs the observer's and the
@@ -316,7 +324,11 @@ func (x *run[H]) perform(ctx context.Context, a action) event {
 		t := x.times[a.n]
 		t.preAt = time.Now()
 		x.mu.Unlock()
-		h, err := x.r.c.PreCommit(ctx, x.handle(a.n), a.n)
+		pctx := ctx
+		if x.prepareCtx != nil {
+			pctx = x.prepareCtx
+		}
+		h, err := x.r.c.PreCommit(pctx, x.handle(a.n), a.n)
 		x.mu.Lock()
 		t.prepared = time.Since(t.preAt)
 		if err == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -118,4 +119,65 @@ func TestRunnerUnresolvedAtShutdown(t *testing.T) {
 		t.Fatalf("Run: %v; want ErrUnresolved (checkpoint 1's decision came back unresolved while Run shut down)", err)
 	}
 	t.Logf("Run: %v", err)
+}
+
+// slowPrepare is a Committer whose PreCommit of checkpoint 1 signals
+// entered and then takes a while, failing if its context ends meanwhile
+// (a prepare cut between its branches: some prepared, some not).
+type slowPrepare struct {
+	*fake
+	entered chan struct{}
+	cut     chan error
+}
+
+func (s *slowPrepare) PreCommit(ctx context.Context, h uint64, cp uint64) (uint64, error) {
+	if h != 1 {
+		return s.fake.PreCommit(ctx, h, cp)
+	}
+	close(s.entered)
+	select {
+	case <-ctx.Done():
+		s.cut <- context.Cause(ctx)
+		return 0, fmt.Errorf("prepare cut: %w", context.Cause(ctx))
+	case <-time.After(300 * time.Millisecond):
+	}
+	return s.fake.PreCommit(ctx, h, cp)
+}
+
+// TestRunnerStopDoesNotCutAPrepare: Run's context ends (SIGTERM) while a
+// checkpoint's PreCommit runs. The prepare goes on (within DrainTimeout)
+// and the shutdown commits the checkpoint. Before, PreCommit ran with
+// Run's context and was cut: on MariaDB a branch whose XA PREPARE was
+// under way stayed prepared after the stop, left to the next instance.
+func TestRunnerStopDoesNotCutAPrepare(t *testing.T) {
+	f := newFake()
+	c := &slowPrepare{fake: f, entered: make(chan struct{}), cut: make(chan error, 1)}
+	opts := fastOpts()
+	opts.DrainTimeout = 5 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- NewRunner[uint64](c, f, opts).Run(ctx, &memSource{k: 1, n: 10, batch: 10}) }()
+	select {
+	case <-c.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("checkpoint 1 never reached PreCommit")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		t.Logf("Run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still running 10 s after its context ended")
+	}
+	select {
+	case err := <-c.cut:
+		t.Fatalf("the stop cut checkpoint 1's PreCommit (%v): its branches are left to restore", err)
+	default:
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !slices.Contains(f.order, 1) {
+		t.Fatalf("checkpoint 1, prepared during the stop, was not committed by the shutdown: committed %v, aborted %v", f.order, f.aborted)
+	}
 }

@@ -7,7 +7,11 @@
 // recovery scanner. The protocol is a pure state machine (machine.go,
 // replayed from golden scripts in testdata/machine); Tx runs it, doing the
 // I/O concurrently. A branch can only be told to commit with a proof that
-// its decision is durable in hand (the decision type in tx.go).
+// its decision is durable in hand (the decision type in tx.go). Phase 2's
+// rule and retries are one kernel (phase2.go: RetryPolicy,
+// JudgeCommitReply, Phase2) that the machine, the recovery scanner and the
+// SQL sink share; the optional capabilities of participants (rm.go) are
+// declared beside ResourceManager.
 //
 // Presumed abort is fenced (docs/protocol.md): recovery records an abort
 // before it rolls anything back, and a DecisionLog refuses a commit record

@@ -554,14 +554,26 @@ func (m *machine) onCommitted(i int, err error) []action {
 		b.state, b.ackedRM = bDone, true
 		b.fate, b.why = fateUnknown, errors.New("the only prepared branch was committed from another session, with no decision record behind it: "+
 			"a server that can answer such a commit without committing it (MariaDB, fact 7) leaves it to recovery, which would presume abort")
-	case err == nil:
-		b.state = bDone
-		b.ackedRM = b.viaRM
 	case m.sole && b.attempts == 1 && errors.Is(err, errTooLate):
 		// The sole commit was not sent: the timeout passed first.
 		b.state = bPrepared
 		return m.startAbort(&AbortError{ID: m.id, Reason: err})
-	case errors.Is(err, ErrUnknownXID):
+	default:
+		return m.judgedCommit(i, err)
+	}
+	return m.maybeFinishCommit()
+}
+
+// judgedCommit applies the kernel's judgement (JudgeCommitReply) of a
+// commit's reply err for branch i. No proof is at hand yet: an "unknown
+// XID" is checked against the log (onLookedUp).
+func (m *machine) judgedCommit(i int, err error) []action {
+	b := &m.branches[i]
+	switch JudgeCommitReply(err, false, b.attempts >= m.maxTries) {
+	case Phase2Done, Phase2UnknownCommitted:
+		b.state = bDone
+		b.ackedRM = b.viaRM
+	case Phase2UnknownUnproven:
 		// The database no longer lists the branch. An earlier attempt of
 		// ours, or recovery acting on the decision, may have committed it;
 		// or recovery presumed abort and rolled it back, which it does
@@ -569,13 +581,13 @@ func (m *machine) onCommitted(i int, err error) []action {
 		b.state = bChecking
 		b.ackedRM = true
 		return []action{actLookupAbort{i: i}}
-	case errors.Is(err, ErrRolledBack):
+	case Phase2Heuristic:
 		// The database rolled back a branch we decided to commit: a
 		// heuristic decision (by the server, or an operator by hand).
 		// Retrying elsewhere would only find it gone.
 		b.state, b.fate = bDone, fateHeuristic
 		return append([]action{actLogHeuristic{i: i, reason: err}}, m.maybeFinishCommit()...)
-	case b.attempts >= m.maxTries:
+	case Phase2GiveUp:
 		b.lost = b.lost || OutcomeUnknown(err)
 		b.state = bPending
 		acts := []action{}
@@ -583,7 +595,7 @@ func (m *machine) onCommitted(i int, err error) []action {
 			acts = append(acts, actRelease{i: i})
 		}
 		return append(acts, m.maybeFinishCommit()...)
-	default:
+	default: // Phase2Retry
 		b.lost = b.lost || OutcomeUnknown(err)
 		if !Retryable(err) {
 			// The session is gone or unusable: continue elsewhere.
@@ -603,6 +615,15 @@ func (m *machine) onLookedUp(ev evLookedUp) []action {
 	}
 	b := &m.branches[ev.i]
 	b.state = bDone
+	// The proof the kernel's rule asks for: a commit record this
+	// transaction wrote (not a sole commit's, which has none), and no
+	// abort, which recovery records before it rolls anything back.
+	proven := ev.err == nil && !ev.aborted && !m.sole
+	if JudgeCommitReply(ErrUnknownXID, proven, true) == Phase2UnknownCommitted {
+		b.fate = fateCommitted
+		return m.maybeFinishCommit()
+	}
+	// Unproven: say why the outcome is unknown, or that recovery aborted.
 	switch {
 	case ev.err != nil:
 		b.fate, b.why = fateUnknown, fmt.Errorf("the branch is gone and the decision log could not be asked whether an abort is recorded: %w", ev.err)
@@ -620,15 +641,14 @@ func (m *machine) onLookedUp(ev evLookedUp) []action {
 		// Nothing of ours can have committed it, and recovery did not
 		// roll it back: someone else ended it (by hand?).
 		b.fate, b.why = fateUnknown, errors.New("the branch vanished before our first commit reached it, and no abort is recorded")
-	case m.sole:
-		// An earlier attempt's reply was lost: it may have committed the
-		// branch, or (from another session, on MariaDB: fact 7) answered
-		// without committing it and left it hidden, to reappear after a
-		// restart with no record behind it. Only a record could tell
-		// (found by the model, docs/model.md).
-		b.fate, b.why = fateUnknown, errors.New("the only prepared branch is gone after a commit whose reply was lost, and no record backs it")
 	default:
-		b.fate = fateCommitted
+		// The only prepared branch, and an earlier attempt's reply was
+		// lost: it may have committed the branch, or (from another
+		// session, on MariaDB: fact 7) answered without committing it and
+		// left it hidden, to reappear after a restart with no record
+		// behind it. Only a record could tell (found by the model,
+		// docs/model.md).
+		b.fate, b.why = fateUnknown, errors.New("the only prepared branch is gone after a commit whose reply was lost, and no record backs it")
 	}
 	return m.maybeFinishCommit()
 }
@@ -645,21 +665,21 @@ func (m *machine) onRolledBack(i int, err error) []action {
 // retry or a release, if one is needed.
 func (m *machine) rolledBack(i int, err error) []action {
 	b := &m.branches[i]
-	switch {
-	case err == nil:
+	switch JudgeRollbackReply(err, b.attempts >= m.maxTries) {
+	case Phase2Done:
 		b.state = bDone
-	case b.attempts >= m.maxTries:
-		// Presumed abort: recovery rolls it back later.
-		b.state = bPending
-		if !b.viaRM {
-			return []action{actRelease{i: i}}
-		}
-	default:
+	case Phase2Retry:
 		if !Retryable(err) {
 			b.viaRM = true
 		}
 		b.attempts++
 		return []action{actRollback{i: i, viaRM: b.viaRM, attempt: b.attempts}}
+	default:
+		// Presumed abort: recovery rolls it back later.
+		b.state = bPending
+		if !b.viaRM {
+			return []action{actRelease{i: i}}
+		}
 	}
 	return nil
 }

@@ -37,6 +37,9 @@ type Config struct {
 
 	// RetryBackoff is the wait before the second phase-2 attempt; it
 	// doubles with each attempt up to 2s. Default 20ms.
+	//
+	// Phase2Attempts, Phase2Timeout and RetryBackoff make the
+	// coordinator's RetryPolicy (Config.Phase2Policy).
 	RetryBackoff time.Duration
 
 	// Logger receives structured logs; nil discards them.
@@ -143,7 +146,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff
 	}
-	if need := cfg.Timeout + Phase2Budget(cfg.Phase2Attempts, cfg.Phase2Timeout, cfg.RetryBackoff); ident.Grace < need {
+	if need := cfg.Timeout + cfg.Phase2Policy().Budget(); ident.Grace < need {
 		return nil, fmt.Errorf("xa: the decision log's grace period %v is shorter than the timeout plus the phase-2 retry budget (%v): "+
 			"recovery would presume abort of branches this manager may still commit; create a log with a grace of at least %v, "+
 			"or lower Config.Timeout, Phase2Attempts or Phase2Timeout", ident.Grace, need, need)
@@ -217,17 +220,20 @@ const (
 	DefaultPhase2Attempts = 8
 	DefaultPhase2Timeout  = 10 * time.Second
 	DefaultRetryBackoff   = 20 * time.Millisecond
-	maxBackoff            = 2 * time.Second
 )
 
+// Phase2Policy is the coordinator's phase-2 retry policy: Phase2Attempts
+// attempts of at most Phase2Timeout each, RetryBackoff doubling up to
+// DefaultMaxBackoff between them. NewManager fills in the defaults first.
+func (c Config) Phase2Policy() RetryPolicy {
+	return RetryPolicy{Attempts: c.Phase2Attempts, Timeout: c.Phase2Timeout, Backoff: c.RetryBackoff, MaxBackoff: DefaultMaxBackoff}
+}
+
 // Phase2Budget is the longest a coordinator keeps working on one branch in
-// phase 2 before it leaves it to recovery: every attempt with its backoff.
+// phase 2 before it leaves it to recovery: every attempt with its backoff
+// (RetryPolicy.Budget of the coordinator's policy).
 func Phase2Budget(attempts int, timeout, backoff time.Duration) time.Duration {
-	total := time.Duration(0)
-	for n := 1; n <= attempts; n++ {
-		total += timeout + backoffFor(backoff, n)
-	}
-	return total
+	return Config{Phase2Attempts: attempts, Phase2Timeout: timeout, RetryBackoff: backoff}.Phase2Policy().Budget()
 }
 
 // GracePeriod returns the default presumed-abort grace period for a global
@@ -354,18 +360,4 @@ func (m *Manager) Run(ctx context.Context, fn func(ctx context.Context, tx *Tx) 
 }
 
 // backoff returns the wait before phase-2 attempt n (n >= 1).
-func (m *Manager) backoff(n int) time.Duration { return backoffFor(m.cfg.RetryBackoff, n) }
-
-func backoffFor(base time.Duration, n int) time.Duration {
-	if n <= 1 {
-		return 0
-	}
-	if n-2 >= 32 {
-		return maxBackoff
-	}
-	d := base << (n - 2)
-	if d > maxBackoff || d <= 0 {
-		d = maxBackoff
-	}
-	return d
-}
+func (m *Manager) backoff(n int) time.Duration { return m.cfg.Phase2Policy().Wait(n) }

@@ -125,7 +125,7 @@ type OnePhaseCommitter interface {
 // of writing the decision log: the branch's commit is the decision, durable
 // exactly when the branch commits, and it saves one fsync and one round
 // trip. Recovery finds the record through the participant (see
-// recovery.DecisionStore).
+// DecisionStore).
 type LastResource interface {
 	// CanCommitLast reports whether the branch is set up to do it (the
 	// driver may implement the method and have it turned off).
@@ -149,6 +149,73 @@ type Idler interface {
 // to wait for.
 type OriginReporter interface {
 	Origin() Origin
+}
+
+// DecisionStore is implemented by participants that keep commit decisions
+// in their own database: a branch there took the decision as the last
+// resource (LastResource), committing it together with its own work.
+// The scanner reads those decisions as it reads the log, and forgets them
+// the same way.
+type DecisionStore interface {
+	// Decisions returns every stored decision.
+	Decisions(ctx context.Context) ([]CommitRecord, error)
+	// Decision returns the stored decision of id, if any.
+	Decision(ctx context.Context, id GlobalID) (CommitRecord, bool, error)
+	// ForgetDecisions deletes the stored decisions of ids.
+	ForgetDecisions(ctx context.Context, ids []GlobalID) error
+
+	// ClaimAbort fences a last-resource commit of id before recovery
+	// presumes abort: it stores an abort marker under id's key, in the
+	// same table and under the same unique key as a commit decision. A
+	// commit of id still in flight on the server makes it wait until that
+	// commit ends. nil: the abort is claimed (now, or by an earlier call),
+	// and no commit of id can be stored any more. An error matching
+	// ErrCommitRecorded: the commit won; the decision is stored. Any
+	// other error: nothing is known, nothing may be rolled back.
+	ClaimAbort(ctx context.Context, id GlobalID, reason string) error
+	// ForgetAborts deletes abort markers stored more than retention ago
+	// by the database's clock, and returns how many.
+	ForgetAborts(ctx context.Context, retention time.Duration) (int, error)
+}
+
+// SharedServer is implemented by participants whose recover listing covers
+// a whole server, beyond their own database (MySQL and MariaDB: XA RECOVER
+// lists every branch of the server). Participants with equal ServerKeys
+// list the same branches: the scanner attributes each branch to the one
+// participant its commit record (or, without one, the first configured)
+// names, and acts on it once.
+type SharedServer interface {
+	// ServerKey identifies the server, the same for every participant
+	// connected to it and stable while it runs.
+	ServerKey(ctx context.Context) (string, error)
+}
+
+// GhostCounter is implemented by resource managers whose database can hold
+// prepared transactions that its recover listing does not show (MariaDB,
+// docs/xa-facts.md fact 7). While it reports any, no record that names the
+// participant is forgotten (the recovery scanner's commit records, the SQL
+// sink's decision rows): the ghost may be one of its branches, and it
+// comes back as prepared after a server restart.
+type GhostCounter interface {
+	UnlistedPrepared(ctx context.Context) (int, error)
+}
+
+// DecisionStoreSwitch is implemented by participants that implement
+// DecisionStore but may have it turned off (a PostgreSQL participant
+// without a decision table).
+type DecisionStoreSwitch interface{ HasDecisionTable() bool }
+
+// AsDecisionStore returns rm as a decision store, if it is one and has it
+// turned on.
+func AsDecisionStore(rm ResourceManager) (DecisionStore, bool) {
+	ds, ok := rm.(DecisionStore)
+	if !ok {
+		return nil, false
+	}
+	if h, ok := rm.(DecisionStoreSwitch); ok && !h.HasDecisionTable() {
+		return nil, false
+	}
+	return ds, true
 }
 
 // Origin says where a branch was prepared.

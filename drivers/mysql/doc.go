@@ -31,8 +31,8 @@
 //   - Phase 2 from elsewhere (RM.Commit/RM.Rollback: a check, then XA
 //     COMMIT/ROLLBACK), recovery listing (Recover), the start-up check
 //     (Check), the count of prepared transactions that XA RECOVER does
-//     not show (UnlistedPrepared, recovery.GhostCounter) and the server's
-//     identity (ServerKey, recovery.SharedServer).
+//     not show (UnlistedPrepared, xa.GhostCounter) and the server's
+//     identity (ServerKey, xa.SharedServer).
 //
 // # Usage
 //

@@ -200,7 +200,7 @@ func preparedTransactions(status string) (attached, detached int, err error) {
 }
 
 // ServerKey identifies the server the RM is connected to
-// (recovery.SharedServer): RMs on different databases of one server get
+// (xa.SharedServer): RMs on different databases of one server get
 // the same key, RMs on different servers different keys, and it stays the
 // same while the server runs (a restart changes it). XA RECOVER lists
 // every branch of the server, whatever database the RM is on, so recovery

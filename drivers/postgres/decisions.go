@@ -141,13 +141,13 @@ func (e missingTableError) Is(target error) bool { return target == ErrNoDecisio
 
 // HasDecisionTable reports whether the participant has a decision table
 // (Config.DecisionTable): only then is it a last resource and a decision
-// store. Every *RM has the methods of recovery.DecisionStore; recovery
+// store. Every *RM has the methods of xa.DecisionStore; recovery
 // must treat an RM as a store only when this reports true (ClaimAbort
 // fails on one without a table).
 func (rm *RM) HasDecisionTable() bool { return rm.decisions != "" }
 
 // Decisions returns the commit decisions stored in the decision table by
-// branches that committed last (recovery.DecisionStore), oldest first;
+// branches that committed last (xa.DecisionStore), oldest first;
 // none when the participant is no last resource. Abort markers are never
 // returned. A row that does not decode is an error: recovery must not
 // presume anything about its transaction.
@@ -217,7 +217,7 @@ func (rm *RM) ForgetDecisions(ctx context.Context, ids []xa.GlobalID) error {
 }
 
 // ClaimAbort fences a last-resource commit of id before recovery presumes
-// abort (recovery.DecisionStore): it inserts an abort marker under id's
+// abort (xa.DecisionStore): it inserts an abort marker under id's
 // key in the decision table, in its own transaction.
 //
 // A CommitLast of id in flight on the server (its connection may be gone:
@@ -307,7 +307,7 @@ func abortMarker(id xa.GlobalID, reason string, now time.Time) ([]byte, error) {
 
 // ForgetAborts deletes the abort markers stored more than retention ago by
 // the server's clock (now() - logged), and returns how many
-// (recovery.DecisionStore). Commit decisions stay. None without a decision
+// (xa.DecisionStore). Commit decisions stay. None without a decision
 // table.
 func (rm *RM) ForgetAborts(ctx context.Context, retention time.Duration) (int, error) {
 	if rm.decisions == "" {

@@ -71,7 +71,7 @@
 // # Last resource, decision table and the fence
 //
 // With Config.DecisionTable set, the participant is a last resource
-// (xa.LastResource) and a decision store (recovery.DecisionStore). Its
+// (xa.LastResource) and a decision store (xa.DecisionStore). Its
 // table (DecisionTableDDL) is
 //
 //	gtrid text PRIMARY KEY, node text NOT NULL, record bytea NOT NULL,

@@ -36,13 +36,14 @@ positions it reached (docs/sink.md).
   xactl sink run NAME      run an instance until interrupted
   xactl sink status NAME   positions, lag, instances, prepared branches
   xactl sink dead-letters NAME   the bad records set aside (on_error: dead_letter)
+  xactl sink replay NAME   write dead letters again once fixed, exactly once
 
 A sink's prepared branches (XIDs of format 0x78730001, xs1.<sink>.…) are
 resolved by its own restore, which every instance runs when it takes
 partitions and every 10 s: never by xactl recover. xactl list shows them as
 the sink's; xactl commit and rollback refuse them without --force.`,
 	}
-	cmd.AddCommand(newSinkSetup(g), newSinkRun(g), newSinkStatus(g), newSinkDeadLetters(g))
+	cmd.AddCommand(newSinkSetup(g), newSinkRun(g), newSinkStatus(g), newSinkDeadLetters(g), newSinkReplay(g))
 	return cmd
 }
 
@@ -485,6 +486,9 @@ func (g *globals) runSink(ctx, runCtx context.Context, stopRun context.CancelCau
 		v.Ended, v.Error = "stalled", stalled.Error()
 	case interrupted:
 		v.Ended = "interrupted"
+		if errors.Is(runErr, sink.ErrUnresolved) {
+			v.Error = runErr.Error()
+		}
 	case runErr == nil:
 		v.Ended = "source ended"
 	default:
@@ -493,11 +497,23 @@ func (g *globals) runSink(ctx, runCtx context.Context, stopRun context.CancelCau
 	if err := g.out.result(v, func(io.Writer) {}); err != nil {
 		return err
 	}
-	if stalled != nil {
-		return fmt.Errorf("sink %s stopped: %w\nIt exits for its supervisor to start it again (a new group session); xactl sink status %s shows the partitions waiting", sc.Name, stalled, sc.Name)
-	}
-	if runErr != nil && !interrupted {
-		return sinkIdentityExit(fmt.Errorf("sink %s stopped: %w%s", sc.Name, runErr, runHint(runErr, sc.Name)))
+	return sinkRunEnd(sc.Name, interrupted, stalled, runErr)
+}
+
+// sinkRunEnd is sink run's exit: nil for a clean stop (the source ended,
+// or a signal with everything prepared settled), else the error to exit
+// with: a stall, an error that stopped the run, or a signal with a
+// decision left unresolved while draining (a prepared checkpoint whose
+// branches hold their locks until the next instance's restore: not a
+// clean stop, and a supervisor must start the next instance).
+func sinkRunEnd(name string, interrupted bool, stalled, runErr error) error {
+	switch {
+	case stalled != nil:
+		return fmt.Errorf("sink %s stopped: %w\nIt exits for its supervisor to start it again (a new group session); xactl sink status %s shows the partitions waiting", name, stalled, name)
+	case runErr != nil && !interrupted:
+		return sinkIdentityExit(fmt.Errorf("sink %s stopped: %w%s", name, runErr, runHint(runErr, name)))
+	case interrupted && errors.Is(runErr, sink.ErrUnresolved):
+		return fmt.Errorf("sink %s stopped on a signal with a decision unresolved: %w%s", name, runErr, runHint(runErr, name))
 	}
 	return nil
 }

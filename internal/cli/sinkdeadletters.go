@@ -33,7 +33,8 @@ progress target, whole (none of its rows lands), in
 the same checkpoint as the records around it (exactly once), and the rest
 lands. This lists them, oldest first: the record's partition and position
 (the position after it, as the progress table keeps positions), its key,
-its value (-o json: the bytes, base64), the error and when.`,
+its value (-o json: the bytes, base64), the error and when; ID
+(incarnation/checkpoint/seq) names it for xactl sink replay.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, sc, err := g.loadSink(args[0])
@@ -56,13 +57,14 @@ its value (-o json: the bytes, base64), the error and when.`,
 					return
 				}
 				tw := table(w)
-				fmt.Fprintln(tw, "PARTITION\tPOSITION\tKEY\tCREATED\tERROR\tVALUE")
+				fmt.Fprintln(tw, "ID\tPARTITION\tPOSITION\tKEY\tCREATED\tERROR\tVALUE")
 				for _, d := range dl {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Partition, d.Position, shorten(string(d.Key), 24),
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID(), d.Partition, d.Position, shorten(string(d.Key), 24),
 						d.Created.Format("2006-01-02 15:04:05"), shorten(d.Error, 80), shorten(strconv.Quote(string(d.Value)), 60))
 				}
 				tw.Flush()
-				fmt.Fprintf(w, "%s (-o json for the whole values).\n", plural(len(dl), "dead letter"))
+				fmt.Fprintf(w, "%s (-o json for the whole values). ID is incarnation/checkpoint/seq: xactl sink replay %s --checkpoint N --seq M writes one again once fixed, --all every one.\n",
+					plural(len(dl), "dead letter"), sc.Name)
 			})
 		},
 	}

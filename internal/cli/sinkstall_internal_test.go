@@ -1,9 +1,14 @@
 package cli
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/xadb/xa/sink"
 	"github.com/xadb/xa/sink/sqlsink"
 )
 
@@ -64,5 +69,38 @@ func TestWaitingPartitions(t *testing.T) {
 	got := waitingPartitions(now, st, ends, 10*time.Second)
 	if len(got) != 2 || got[0] != "t/0" || got[1] != "t/3" {
 		t.Errorf("waiting %v, want [t/0 t/3]", got)
+	}
+}
+
+// TestSinkRunEnd: a signal is a clean stop only when nothing was left
+// unresolved while draining; an unresolved decision at shutdown is said
+// and exits non-zero (before, sink run returned nil and printed nothing).
+func TestSinkRunEnd(t *testing.T) {
+	unresolved := errors.Join(context.Canceled, fmt.Errorf("checkpoint 7: %w", sink.ErrUnresolved))
+	for _, c := range []struct {
+		name        string
+		interrupted bool
+		stalled     error
+		runErr      error
+		want        string // "" for nil; else a part of the error
+	}{
+		{"signal, clean", true, nil, context.Canceled, ""},
+		{"signal, nothing", true, nil, nil, ""},
+		{"signal, unresolved", true, nil, unresolved, "decision unresolved"},
+		{"source ended", false, nil, nil, ""},
+		{"error", false, nil, unresolved, "stopped: "},
+		{"stall", false, errStalled, context.Canceled, "supervisor"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := sinkRunEnd("s1", c.interrupted, c.stalled, c.runErr)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("sinkRunEnd = %v; want nil", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("sinkRunEnd = %v; want an error with %q", err, c.want)
+			case c.want == "decision unresolved" && !errors.Is(err, sink.ErrUnresolved):
+				t.Fatalf("sinkRunEnd = %v; want it to match sink.ErrUnresolved", err)
+			}
+		})
 	}
 }

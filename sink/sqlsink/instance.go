@@ -555,13 +555,14 @@ func (in *instance) fenceSpent(ctx context.Context, h Handle) {
 			in.mu.Unlock()
 			continue
 		case err == nil:
-			// Its branches may be on any target, or on none.
+			// Its branches may be on any target, or on none (gone:
+			// rolled back, for the kernel).
 			for _, name := range slices.Sorted(maps.Keys(in.s.targets)) {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.s.cfg.Phase2Timeout)
-				rerr := in.s.targets[name].rm.Rollback(rctx, sp.Ref(name).XID(), xa.Origin{})
-				cancel()
-				if rerr != nil && !errors.Is(rerr, xa.ErrUnknownXID) {
-					err = errors.Join(err, fmt.Errorf("%s: %w", name, rerr))
+				res := xa.Phase2(context.WithoutCancel(ctx), in.s.restoreRetry(), xa.Phase2Call{Rollback: true}, func(ctx context.Context) error {
+					return in.s.targets[name].rm.Rollback(ctx, sp.Ref(name).XID(), xa.Origin{})
+				})
+				if res.Err != nil {
+					err = errors.Join(err, fmt.Errorf("%s: %w", name, res.Err))
 				}
 			}
 		}
@@ -624,7 +625,7 @@ func (in *instance) decide(ctx context.Context, h Handle, c *checkpoint) error {
 
 func (in *instance) decideExternal(ctx context.Context, h Handle, c *checkpoint) error {
 	var err error
-	for attempt := range 5 {
+	for attempt := range sinkRetry.Tries() {
 		if attempt > 0 && !sleep(ctx, backoff(attempt)) {
 			break
 		}
@@ -657,7 +658,7 @@ func (in *instance) decideExternal(ctx context.Context, h Handle, c *checkpoint)
 // claim claims the abort marker of h, retrying a few times.
 func (in *instance) claim(ctx context.Context, h Handle) (stored, error) {
 	var err error
-	for attempt := range 5 {
+	for attempt := range sinkRetry.Tries() {
 		if attempt > 0 && !sleep(ctx, backoff(attempt)) {
 			break
 		}
@@ -676,9 +677,10 @@ func (in *instance) claim(ctx context.Context, h Handle) (stored, error) {
 }
 
 // commitBranch commits one prepared branch of a decided checkpoint: on its
-// own session if it is live, else by XID from another session. "Unknown
-// XID" counts as committed: the decision row proves that nothing else can
-// have happened to it. After Phase2Attempts it is left to restore.
+// own session if it is live, else by XID from another session, through
+// xa's phase-2 kernel. "Unknown XID" counts as committed: the decision row
+// proves that nothing else can have happened to it. After Phase2Attempts
+// (Sink.phase2Retry) it is left to restore.
 func (in *instance) commitBranch(ctx context.Context, h Handle, b BranchState, lb *liveBranch) {
 	tg := in.s.targets[b.Target]
 	ref := h.Ref(b.Target)
@@ -687,43 +689,34 @@ func (in *instance) commitBranch(ctx context.Context, h Handle, b BranchState, l
 		return
 	}
 	origin := xa.Origin{Session: b.Session, Prepared: b.Prepared}
-	var err error
-	for attempt := range in.s.cfg.Phase2Attempts {
-		if attempt > 0 && !sleep(ctx, backoff(attempt)) {
-			break
-		}
-		actx, cancel := context.WithTimeout(ctx, in.s.cfg.Phase2Timeout)
+	res := xa.Phase2(ctx, in.s.phase2Retry(), xa.Phase2Call{Proven: true, Stop: in.s.check}, func(actx context.Context) error {
 		var b xa.Branch
 		if lb != nil {
 			b = lb.branch()
 		}
-		if b != nil {
-			err = b.Commit(actx)
-			if err != nil && !xa.Retryable(err) {
-				lb.drop() // the branch released its session
-			}
-		} else {
-			err = tg.rm.Commit(actx, ref.XID(), origin)
+		if b == nil {
+			return tg.rm.Commit(actx, ref.XID(), origin)
 		}
-		cancel()
-		switch {
-		case err == nil, errors.Is(err, xa.ErrUnknownXID):
-			return
-		case errors.Is(err, xa.ErrRolledBack):
-			in.log.Error("sink: heuristic outcome: a branch of a checkpoint decided commit was rolled back by its database; its rows are lost",
-				"branch", ref.String(), "err", err)
-			return
+		err := b.Commit(actx)
+		if err != nil && !xa.Retryable(err) {
+			lb.drop() // the branch released its session
 		}
-		if in.s.check() != nil {
-			return
-		}
+		return err
+	})
+	switch {
+	case res.Ended(), res.Stopped:
+		return
+	case res.Verdict == xa.Phase2Heuristic:
+		in.log.Error("sink: heuristic outcome: a branch of a checkpoint decided commit was rolled back by its database; its rows are lost",
+			"branch", ref.String(), "err", res.Err)
+		return
 	}
 	if lb != nil {
 		if b := lb.drop(); b != nil {
 			b.Close() //nolint:errcheck // the branch stays prepared for restore
 		}
 	}
-	in.log.Warn("sink: phase two left to restore", "branch", ref.String(), "err", err)
+	in.log.Warn("sink: phase two left to restore", "branch", ref.String(), "err", res.Err)
 }
 
 // Abort rolls h back. If a branch may be prepared it first claims the
@@ -984,16 +977,14 @@ func (in *instance) resolve(ctx context.Context, v View) error {
 		origins := decodeOrigins(row.origins)
 		for _, b := range bs {
 			tg := in.s.targets[b.ref.Target]
-			rctx, cancel := context.WithTimeout(ctx, in.s.cfg.Phase2Timeout)
-			if act == ActCommit {
-				err = tg.rm.Commit(rctx, b.ref.XID(), origins[b.ref.Target])
-				if errors.Is(err, xa.ErrUnknownXID) {
-					err = nil // committed: the decision row says so
+			// A commit is proven: the decision row says so, and an
+			// unknown XID counts as committed.
+			err = xa.Phase2(ctx, in.s.restoreRetry(), xa.Phase2Call{Rollback: act != ActCommit, Proven: true}, func(rctx context.Context) error {
+				if act == ActCommit {
+					return tg.rm.Commit(rctx, b.ref.XID(), origins[b.ref.Target])
 				}
-			} else {
-				err = tg.rm.Rollback(rctx, b.ref.XID(), xa.Origin{})
-			}
-			cancel()
+				return tg.rm.Rollback(rctx, b.ref.XID(), xa.Origin{})
+			}).Err
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s %s: %w", act, b.ref, err))
 			}
@@ -1162,19 +1153,12 @@ func (s *Sink) forgetDue() bool {
 	return true
 }
 
-// ghostCounter is implemented by targets whose server may hold prepared
-// transactions its recover listing does not show (drivers/mysql on
-// MariaDB, docs/xa-facts.md fact 7).
-type ghostCounter interface {
-	UnlistedPrepared(ctx context.Context) (int, error)
-}
-
 // hiddenPrepared says why old decision rows must be kept: a target holds
 // prepared transactions it does not list (or cannot tell). "" when none
 // does.
 func (s *Sink) hiddenPrepared(ctx context.Context) string {
 	for _, name := range s.names {
-		gc, ok := s.targets[name].rm.(ghostCounter)
+		gc, ok := s.targets[name].rm.(xa.GhostCounter)
 		if !ok {
 			continue
 		}

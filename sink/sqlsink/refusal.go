@@ -38,6 +38,10 @@ func (e *RefusedError) Error() string {
 	if e.Constraint != "" {
 		what += ", constraint " + e.Constraint
 	}
+	if e.Partition == "" && e.Position == "" {
+		// A row of no record read from the source (a replay's).
+		return fmt.Sprintf("sink: %s on %s refused a row%s: %v", e.Table, e.Target, what, e.Err)
+	}
 	return fmt.Sprintf("sink: %s on %s refused the row of the record of %s before position %s%s: %v",
 		e.Table, e.Target, e.Partition, e.Position, what, e.Err)
 }

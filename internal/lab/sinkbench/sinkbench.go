@@ -62,13 +62,17 @@ var Targets = []Target{Postgres, MySQL, Both}
 type Mode string
 
 const (
-	Batch   Mode = "batch"
-	Sink    Mode = "sink"
-	Ceiling Mode = "ceiling"
+	Batch Mode = "batch"
+	Sink  Mode = "sink"
+	// SinkDeadLetter is Sink with on_error: dead_letter (the same records,
+	// none of them bad): what setting bad records aside costs when there
+	// are none.
+	SinkDeadLetter Mode = "sink-dl"
+	Ceiling        Mode = "ceiling"
 )
 
 // Modes in the order they are reported.
-var Modes = []Mode{Batch, Sink, Ceiling}
+var Modes = []Mode{Batch, Sink, SinkDeadLetter, Ceiling}
 
 // Config configures a Setup.
 type Config struct {
@@ -274,8 +278,8 @@ func (s *Setup) Measure(ctx context.Context, t Target, m Mode, n int) (Stats, er
 	var elapsed time.Duration
 	before := s.read(ctx)
 	switch m {
-	case Sink:
-		commits, elapsed, err = s.runSink(ctx, t, g)
+	case Sink, SinkDeadLetter:
+		commits, elapsed, err = s.runSink(ctx, t, g, m == SinkDeadLetter)
 	case Batch, Ceiling:
 		commits, elapsed, err = s.runWriters(ctx, t, m, g)
 	default:
@@ -375,11 +379,16 @@ func (c *checkpoints) CheckpointDone(s sink.CheckpointStats) {
 	}
 }
 
-// runSink loads the records with a sink instance per partition.
-func (s *Setup) runSink(ctx context.Context, t Target, g gensource.Config) (int, time.Duration, error) {
+// runSink loads the records with a sink instance per partition; with
+// deadLetters, on_error: dead_letter (xactl's default is stop).
+func (s *Setup) runSink(ctx context.Context, t Target, g gensource.Config, deadLetters bool) (int, time.Duration, error) {
 	name := "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	tcs := s.targets(t)
-	sk, err := sqlsink.Open(ctx, sqlsink.Config{Name: name, Targets: tcs, Tables: tables(t), Logger: s.cfg.Logger})
+	cfg := sqlsink.Config{Name: name, Targets: tcs, Tables: tables(t), Logger: s.cfg.Logger}
+	if deadLetters {
+		cfg.OnError = sqlsink.OnErrorDeadLetter
+	}
+	sk, err := sqlsink.Open(ctx, cfg)
 	if err != nil {
 		return 0, 0, err
 	}
