@@ -26,8 +26,10 @@ func newSinkDeadLetters(g *globals) *cobra.Command {
 		Use:   "dead-letters NAME",
 		Short: "List the bad records the sink set aside in its dead-letter table",
 		Long: `With on_error: dead_letter, a record the sink cannot map (not JSON, a
-required path missing, a value its column cannot hold) is written to the
-dead-letter table xa_sink_dead_letters in the sink's progress target, in
+required path missing, a value its column cannot hold), or whose row the
+target database refuses (too long, NOT NULL, out of range, a constraint),
+is written to the dead-letter table xa_sink_dead_letters in the sink's
+progress target, whole (none of its rows lands), in
 the same checkpoint as the records around it (exactly once), and the rest
 lands. This lists them, oldest first: the record's partition and position
 (the position after it, as the progress table keeps positions), its key,

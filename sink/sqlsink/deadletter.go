@@ -19,9 +19,12 @@ const (
 	OnErrorStop OnError = "stop"
 	// OnErrorDeadLetter: a record that cannot be mapped (not JSON, a
 	// required path missing, a value its column cannot hold: a
-	// *MappingError) is written to the dead-letter table
+	// *MappingError), or whose row its database refuses (a
+	// *RefusedError), is written to the dead-letter table
 	// (xa_sink_dead_letters, in the progress target) in the same
-	// checkpoint, exactly once like any row, and the others land.
+	// checkpoint, exactly once like any row, and the others land; a
+	// record lands whole or not at all (docs/sink.md, "Rows the
+	// database refuses").
 	OnErrorDeadLetter OnError = "dead_letter"
 )
 
@@ -56,6 +59,15 @@ func (in *instance) deadLetter(c *checkpoint, r *sink.Record, err *MappingError)
 	if in.s.cfg.OnError != OnErrorDeadLetter {
 		return err
 	}
+	return in.addDead(c, r.Partition, r.Next, r.Key, r.Value, err)
+}
+
+// addDead adds a record, set aside for err (a *MappingError or a
+// *RefusedError naming it), to c's dead letters; it returns
+// ErrTooManyDeadLetters when c holds MaxDeadLetters already. The dead
+// letter's error column holds the reason: a mapping's error, or the whole
+// refusal (record, table, column and the server's message).
+func (in *instance) addDead(c *checkpoint, partition, position string, key, value []byte, err error) error {
 	if c.dead >= in.s.cfg.MaxDeadLetters {
 		return fmt.Errorf("%w: more than %d (MaxDeadLetters, on_error: dead_letter) in checkpoint %d; the last: %w",
 			ErrTooManyDeadLetters, in.s.cfg.MaxDeadLetters, c.h.Checkpoint, err)
@@ -67,9 +79,14 @@ func (in *instance) deadLetter(c *checkpoint, r *sink.Record, err *MappingError)
 		buf = &buffer{}
 		c.bufs[deadTableID] = buf
 	}
-	buf.add(tb, []any{in.s.cfg.Name, int64(c.h.Incarnation), int64(c.h.Checkpoint), int64(c.dead), r.Partition, r.Next,
-		bytesOrNil(r.Key), bytesOrNil(r.Value), err.Err.Error(), time.Now().UTC()}, false)
-	in.log.Warn("sink: a bad record goes to the dead-letter table", "partition", r.Partition, "position", r.Next, "err", err.Err)
+	reason := err
+	var me *MappingError
+	if errors.As(err, &me) {
+		reason = me.Err
+	}
+	buf.add(tb, []any{in.s.cfg.Name, int64(c.h.Incarnation), int64(c.h.Checkpoint), int64(c.dead), partition, position,
+		bytesOrNil(key), bytesOrNil(value), reason.Error(), time.Now().UTC()}, false, nil)
+	in.log.Warn("sink: a bad record goes to the dead-letter table", "partition", partition, "position", position, "err", reason)
 	return nil
 }
 

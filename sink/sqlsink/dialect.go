@@ -56,8 +56,10 @@ type statements struct {
 	del string
 }
 
-// rowWriter writes rows on one branch's session. A failed statement is not
-// retried: the caller aborts the checkpoint. The statements of one branch
+// rowWriter writes rows on one branch's session. A write refused for its
+// data returns a *batchRefused, which putRows narrows to its refused rows
+// (refusal.go); any other failed statement is not retried: the caller
+// aborts the checkpoint. The statements of one branch
 // are sent one after the other (flushTargets), never at once.
 type rowWriter interface {
 	write(ctx context.Context, tb *table, rows [][]any) error
@@ -65,6 +67,8 @@ type rowWriter interface {
 	// the Key columns' values, in Key's order. A key without a row is no
 	// error (a delete applied again changes nothing).
 	delete(ctx context.Context, tb *table, keys [][]any) error
+	// rowGuard lets putRows undo a refused write (refusal.go).
+	rowGuard
 }
 
 // store is a dialect's pool of plain sessions on one target. The progress

@@ -35,6 +35,10 @@ type instance struct {
 	// names them (Handle.Spent) and its Commit, or a Restore's, fences
 	// them.
 	spent map[uint64]bool
+	// poison holds the records refused by their database whose
+	// checkpoint was aborted to set them aside whole, by partition and
+	// position (refusal.go): read again, each is a dead letter.
+	poison map[string]error
 }
 
 var (
@@ -57,6 +61,9 @@ type checkpoint struct {
 	epochs    map[string]int64
 	decided   bool
 	dead      int // dead letters buffered (OnErrorDeadLetter)
+	// refused are the rows refused by the last flushes, for
+	// settleRefused; guarded by mu while the flushes run.
+	refused []refusedRow
 }
 
 // liveBranch is one target's branch of a live transaction. Its fields are
@@ -176,7 +183,8 @@ func (in *instance) Begin(ctx context.Context, n uint64) (Handle, error) {
 }
 
 // Write maps records to rows and buffers them; a table's buffer that is
-// full is flushed on its target's branch. A failed statement is not
+// full is flushed on its target's branch. A batch refused for its data is
+// narrowed to its records (refusal.go); any other failed statement is not
 // retried: the error makes the driver abort the checkpoint.
 func (in *instance) Write(ctx context.Context, h Handle, records []sink.Record) error {
 	if err := in.s.check(); err != nil {
@@ -214,6 +222,12 @@ func (in *instance) Write(ctx context.Context, h Handle, records []sink.Record) 
 			}
 		}
 		next = r.Next
+		if re := in.poisoned(r.Partition, r.Next); re != nil {
+			if err := in.addDead(c, r.Partition, r.Next, r.Key, r.Value, re); err != nil {
+				return err
+			}
+			continue
+		}
 		rows, err := in.s.mapFn(*r)
 		if err != nil {
 			if err := in.deadLetter(c, r, &MappingError{Partition: r.Partition, Position: r.Next, Err: err}); err != nil {
@@ -261,13 +275,14 @@ func (in *instance) Write(ctx context.Context, h Handle, records []sink.Record) 
 			}
 			continue
 		}
+		o := &origin{partition: r.Partition, position: r.Next, key: r.Key, value: r.Value, rows: len(ok)}
 		for _, f := range ok {
 			buf := c.bufs[f.id]
 			if buf == nil {
 				buf = &buffer{}
 				c.bufs[f.id] = buf
 			}
-			buf.add(f.tb, f.vals, f.del)
+			buf.add(f.tb, f.vals, f.del, o)
 		}
 	}
 	if part != "" {
@@ -293,7 +308,7 @@ func (in *instance) flushTargets(ctx context.Context, c *checkpoint, byTarget ma
 	if len(byTarget) == 0 {
 		return nil
 	}
-	return parallel(slices.Sorted(maps.Keys(byTarget)), func(tg string) error {
+	err := parallel(slices.Sorted(maps.Keys(byTarget)), func(tg string) error {
 		ids := byTarget[tg]
 		slices.Sort(ids)
 		for _, id := range ids {
@@ -303,6 +318,10 @@ func (in *instance) flushTargets(ctx context.Context, c *checkpoint, byTarget ma
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return in.settleRefused(c)
 }
 
 // branch returns c's branch on target tg, starting it if needed.
@@ -353,8 +372,19 @@ func (in *instance) flush(ctx context.Context, c *checkpoint, tb *table, buf *bu
 		}
 	}
 	if len(rows) > 0 {
-		if err := lb.w.write(ctx, tb, rows); err != nil {
+		// A refused batch is narrowed to its refused rows, which
+		// settleRefused handles once every flush is done.
+		bad, why, err := putRows(ctx, lb.w, tb, rows, in.refusalLimit(c))
+		if err != nil {
 			return err
+		}
+		if len(bad) > 0 {
+			from := buf.origins()
+			c.mu.Lock()
+			for i, j := range bad {
+				c.refused = append(c.refused, refusedRow{tb: tb, from: from[j], why: why[i]})
+			}
+			c.mu.Unlock()
 		}
 	}
 	buf.reset()
@@ -382,15 +412,22 @@ func (in *instance) PreCommit(ctx context.Context, h Handle, id uint64) (Handle,
 	if err != nil {
 		return Handle{}, err
 	}
-	byTarget := map[string][]string{}
-	for id, buf := range c.bufs {
-		if len(buf.rows) > 0 {
-			tg := in.s.tables[id].Target
-			byTarget[tg] = append(byTarget[tg], id)
+	// Refusals set records aside as dead letters, which fill the
+	// dead-letter table's buffer: flush until every buffer is empty.
+	for {
+		byTarget := map[string][]string{}
+		for id, buf := range c.bufs {
+			if len(buf.rows) > 0 {
+				tg := in.s.tables[id].Target
+				byTarget[tg] = append(byTarget[tg], id)
+			}
 		}
-	}
-	if err := in.flushTargets(ctx, c, byTarget); err != nil {
-		return Handle{}, err
+		if len(byTarget) == 0 {
+			break
+		}
+		if err := in.flushTargets(ctx, c, byTarget); err != nil {
+			return Handle{}, err
+		}
 	}
 	if err := in.s.step("flushed", c.h); err != nil {
 		return Handle{}, err

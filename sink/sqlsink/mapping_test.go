@@ -135,9 +135,9 @@ func TestUpsertBufferKeepsLastPerKey(t *testing.T) {
 	tg := &target{cfg: TargetConfig{Name: "x", Driver: DriverPostgres}.withDefaults(), d: postgresDialect{}}
 	tb := compileTable(Table{Name: "t", Columns: []Column{{Name: "k"}, {Name: "v"}}, Upsert: true, Key: []string{"k"}}, tg)
 	var b buffer
-	b.add(tb, []any{int64(1), "a"}, false)
-	b.add(tb, []any{int64(2), "b"}, false)
-	b.add(tb, []any{"1", "c"}, false) // the same key, as text
+	b.add(tb, []any{int64(1), "a"}, false, nil)
+	b.add(tb, []any{int64(2), "b"}, false, nil)
+	b.add(tb, []any{"1", "c"}, false, nil) // the same key, as text
 	want := [][]any{{"1", "c"}, {int64(2), "b"}}
 	if !reflect.DeepEqual(b.rows, want) {
 		t.Fatalf("%v, want %v", b.rows, want)

@@ -83,10 +83,13 @@ type myWriter struct {
 }
 
 // write sends multi-row INSERTs, each below the target's BatchBytes and
-// the placeholder limit.
+// the placeholder limit. A statement refused for its data returns a
+// *batchRefused: the server undid that statement alone, the earlier ones
+// stay written.
 func (w *myWriter) write(ctx context.Context, tb *table, rows [][]any) error {
 	cols := len(tb.Columns)
 	maxRows := max(1, maxPlaceholders/cols)
+	done := 0
 	for len(rows) > 0 {
 		n, size := 0, len(tb.sql.insert)+len(tb.sql.conflict)
 		for n < len(rows) && n < maxRows {
@@ -118,12 +121,23 @@ func (w *myWriter) write(ctx context.Context, tb *table, rows [][]any) error {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("sink: writing %d rows to %s on %s: %w", n, tb.Name, tb.Target, err)
+			err = fmt.Errorf("sink: writing %d rows to %s on %s: %w", n, tb.Name, tb.Target, err)
+			if r, ok := myRefusal(err, tb.Upsert); ok {
+				return &batchRefused{done: done, n: n, refusal: r, err: err}
+			}
+			return err
 		}
-		rows = rows[n:]
+		rows, done = rows[n:], done+n
 	}
 	return nil
 }
+
+// guard does nothing: a statement refused in a MySQL/MariaDB branch undoes
+// itself alone (docs/xa-facts.md, fact 21).
+func (w *myWriter) guard(context.Context) error { return nil }
+
+// undo does nothing (see guard).
+func (w *myWriter) undo(context.Context) error { return nil }
 
 // delete sends DELETE ... WHERE key IN (...), in chunks.
 func (w *myWriter) delete(ctx context.Context, tb *table, keys [][]any) error {

@@ -58,7 +58,7 @@ func (postgresDialect) writer(b xa.Branch) (rowWriter, error) {
 	if !ok {
 		return nil, fmt.Errorf("sink: a %s branch with a session of type %T", DriverPostgres, b.Session())
 	}
-	return pgWriter{c: c}, nil
+	return &pgWriter{c: c}, nil
 }
 
 func (postgresDialect) open(ctx context.Context, c TargetConfig) (store, error) {
@@ -66,11 +66,57 @@ func (postgresDialect) open(ctx context.Context, c TargetConfig) (store, error) 
 }
 
 // pgWriter writes a branch's rows on its PostgreSQL session.
-type pgWriter struct{ c *xapg.Conn }
+type pgWriter struct {
+	c *xapg.Conn
+	// armed: the savepoint pgSavepoint is set and nothing was written
+	// since (guard need not set it again).
+	armed bool
+}
+
+// pgSavepoint is the savepoint a refused write rolls back to.
+const pgSavepoint = "xa_sink_rows"
+
+// guard sets the savepoint that undo rolls back to: a refused statement
+// fails a PostgreSQL transaction, and only a rollback to a savepoint set
+// before it lets the branch go on. It costs a round trip per write, and a
+// subtransaction per write that the transaction keeps until it ends.
+func (w *pgWriter) guard(ctx context.Context) error {
+	if w.armed {
+		return nil
+	}
+	if _, err := w.c.Exec(ctx, "SAVEPOINT "+pgSavepoint); err != nil {
+		return fmt.Errorf("sink: setting a savepoint: %w", err)
+	}
+	w.armed = true
+	return nil
+}
+
+// undo rolls back to the savepoint of the last guard: the refused write is
+// undone, the branch goes on, the savepoint stays set.
+func (w *pgWriter) undo(ctx context.Context) error {
+	if _, err := w.c.Exec(ctx, "ROLLBACK TO SAVEPOINT "+pgSavepoint); err != nil {
+		return err
+	}
+	w.armed = true
+	return nil
+}
 
 // write copies rows (insert) or sends batched multi-row INSERT ... ON
-// CONFLICT statements in one pipeline (upsert).
-func (w pgWriter) write(ctx context.Context, tb *table, rows [][]any) error {
+// CONFLICT statements in one pipeline (upsert). A write refused for its
+// data returns a *batchRefused of all its rows: the transaction has
+// failed, and undo (back to the savepoint of guard) undoes all of it.
+func (w *pgWriter) write(ctx context.Context, tb *table, rows [][]any) (err error) {
+	w.armed = false
+	all := rows // the loop below consumes rows
+	defer func() {
+		var row []any
+		if len(all) == 1 {
+			row = all[0]
+		}
+		if r, ok := pgRefusal(err, tb, row); ok {
+			err = &batchRefused{n: len(all), refusal: r, err: err}
+		}
+	}()
 	if !tb.Upsert {
 		if _, err := w.c.CopyFrom(ctx, pgx.Identifier(tb.sql.ident), tb.columnNames(), pgx.CopyFromRows(rows)); err != nil {
 			if ee := copyEncodeError(err, tb); ee != nil {
@@ -110,7 +156,6 @@ func (w pgWriter) write(ctx context.Context, tb *table, rows [][]any) error {
 		rows = rows[n:]
 	}
 	br := w.c.SendBatch(ctx, batch)
-	var err error
 	for i := 0; i < batch.Len() && err == nil; i++ {
 		_, err = br.Exec()
 	}
@@ -125,7 +170,7 @@ func (w pgWriter) write(ctx context.Context, tb *table, rows [][]any) error {
 
 // delete sends DELETE ... WHERE key IN (...) statements, in chunks, in
 // one pipeline.
-func (w pgWriter) delete(ctx context.Context, tb *table, keys [][]any) error {
+func (w *pgWriter) delete(ctx context.Context, tb *table, keys [][]any) error {
 	batch := &pgx.Batch{}
 	_ = deleteChunks(tb, keys, func(keys [][]any) error {
 		var sb strings.Builder
@@ -153,6 +198,7 @@ func (w pgWriter) delete(ctx context.Context, tb *table, keys [][]any) error {
 		batch.Queue(sb.String(), args...)
 		return nil
 	})
+	w.armed = false
 	br := w.c.SendBatch(ctx, batch)
 	var err error
 	for i := 0; i < batch.Len() && err == nil; i++ {

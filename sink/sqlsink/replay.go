@@ -407,7 +407,10 @@ func (in *instance) replayBatch(ctx context.Context, n *uint64, jobs []replayJob
 				buf = &buffer{}
 				c.bufs[r.id] = buf
 			}
-			buf.add(r.tb, r.vals, r.del)
+			// No origin: a refused row aborts the batch (settleRefused),
+			// which is then replayed one dead letter at a time, rather
+			// than setting the record aside again.
+			buf.add(r.tb, r.vals, r.del, nil)
 		}
 		if err := in.flushFull(ctx, c); err != nil {
 			return abort(err)

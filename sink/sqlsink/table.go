@@ -39,6 +39,8 @@ type buffer struct {
 	// dels marks the rows of rows that are deletes by key (Row.Delete),
 	// by index; nil when there are none.
 	dels map[int]bool
+	// from are the rows' records, by index (nil for the dead letters').
+	from []rowFrom
 }
 
 // add appends a row, or a delete by key (del, upsert tables only); for an
@@ -47,7 +49,10 @@ type buffer struct {
 // all of them (an upsert writes every column), and one statement never
 // touches a row twice. Keys are thus unique in the buffer, and the order
 // in which flush sends its deletes and its upserts does not matter.
-func (b *buffer) add(t *table, vals []any, del bool) {
+//
+// o is the row's record; a row that replaces another record's row is
+// marked merged (refusal.go).
+func (b *buffer) add(t *table, vals []any, del bool, o *origin) {
 	b.bytes += rowSize(vals)
 	i := len(b.rows)
 	if t.Upsert {
@@ -64,8 +69,11 @@ func (b *buffer) add(t *table, vals []any, del bool) {
 	}
 	if i == len(b.rows) {
 		b.rows = append(b.rows, vals)
+		b.from = append(b.from, rowFrom{o: o})
 	} else {
+		prev := b.from[i]
 		b.rows[i] = vals
+		b.from[i] = rowFrom{o: o, merged: prev.merged || prev.o != o}
 	}
 	switch {
 	case del:
@@ -98,10 +106,25 @@ func (b *buffer) split(t *table) (rows, keys [][]any) {
 	return rows, keys
 }
 
+// origins returns the origins of the rows split returns, in their order.
+func (b *buffer) origins() []rowFrom {
+	if len(b.dels) == 0 {
+		return b.from
+	}
+	var out []rowFrom
+	for i, f := range b.from {
+		if !b.dels[i] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // reset empties the buffer, keeping its capacity for the next rows.
 func (b *buffer) reset() {
 	clear(b.rows)
-	b.rows, b.bytes, b.keys, b.dels = b.rows[:0], 0, nil, nil
+	clear(b.from)
+	b.rows, b.from, b.bytes, b.keys, b.dels = b.rows[:0], b.from[:0], 0, nil, nil
 }
 
 func (b *buffer) full(t *table) bool {
