@@ -148,7 +148,7 @@ type op struct {
 	t     RecordType
 	key   string   // decoded.key
 	d     *decoded // nil for commit, forget and forget-abort records
-	frame []byte
+	frame []byte   // nil for forget and forget-abort records: the writer frames their key
 }
 
 // apply applies o to st, as written to segment seg.
@@ -783,7 +783,11 @@ func (l *Log) writeNext(slot, least int) (took, closing bool, err error) {
 	l.written = append(l.written, b)
 	l.buf = l.buf[:0]
 	for _, o := range ops {
-		l.buf = append(l.buf, o.frame...)
+		if o.frame == nil { // a forget or forget-abort: its payload is its key
+			l.buf = appendFrameString(l.buf, o.t, o.key)
+		} else {
+			l.buf = append(l.buf, o.frame...)
+		}
 		if o.t != RecordForget {
 			b.records++
 		}

@@ -323,7 +323,8 @@ func (l *Log) queueForget(ctx context.Context, t RecordType, id xa.GlobalID, dro
 		return fmt.Errorf("filelog: %v: zero global id", t)
 	}
 	k := id.String()
-	o := &op{t: t, key: k, frame: appendFrame(make([]byte, 0, frameHeader+len(k)), t, []byte(k))}
+	// The frame is made when the writer writes it: no state keeps it.
+	o := &op{t: t, key: k}
 	l.mu.Lock()
 	if err := l.usable(); err != nil {
 		l.mu.Unlock()
