@@ -25,10 +25,10 @@ func (l *Log) rotate() error {
 		// Its data was synced before; a close error loses nothing.
 		l.logger.Warn("decision log: closing full segment", "file", segmentName(l.activeNum), "err", err)
 	}
-	l.active2.Close() //nolint:errcheck // as above
+	l.closeSlots()
 	l.active, l.activeNum, l.activeSize, l.allocated = f, next, start, start
 	l.writes, l.syncedWrites = 0, 0
-	if err := l.openSecond(); err != nil {
+	if err := l.openSlots(); err != nil {
 		return err
 	}
 	l.mu.Lock()

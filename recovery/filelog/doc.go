@@ -64,9 +64,10 @@
 //     fdatasync'ed. A single writer goroutine writes every record queued
 //     meanwhile with one write and one sync (group commit), so concurrent
 //     callers share syncs. The commit is pipelined: while one group syncs,
-//     the next is written and its sync started (two syncs in flight at
-//     most, each through a file descriptor of its own, so that each sees a
-//     writeback error that touched its data), and groups are acknowledged
+//     the next is written and its sync started once it holds as many
+//     records as the group syncing (two syncs in flight at most, each
+//     through a file descriptor of its own, so that each sees a writeback
+//     error that touched its data), and groups are acknowledged
 //     in the order they were written, each once its own sync and every
 //     earlier group's succeeded. A new segment is synced, and so is the
 //     directory, before records go into it.

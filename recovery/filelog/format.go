@@ -246,6 +246,19 @@ func appendFrame(b []byte, t RecordType, payload []byte) []byte {
 	return append(b, payload...)
 }
 
+// appendFrameString is appendFrame for a payload held as text (the
+// payload of forget and forget-abort records is their key), without
+// copying it into a slice of its own first. The checksum covers the type
+// byte and the payload, which lie next to each other in the frame.
+func appendFrameString(b []byte, t RecordType, payload string) []byte {
+	start := len(b)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(payload)))
+	b = append(b, 0, 0, 0, 0, byte(t))
+	b = append(b, payload...)
+	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(b[start+8:], castagnoli))
+	return b
+}
+
 // parseFrame reads the frame at b[off:]. It returns the frame's end, or a
 // reason why there is no valid frame there.
 func parseFrame(b []byte, off int) (t RecordType, payload []byte, end int, bad string) {

@@ -1,6 +1,8 @@
 package filelog
 
 import (
+	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,6 +91,21 @@ func TestFrames(t *testing.T) {
 		}
 		if plausibleFrame(tt.b, 0) != (bad == "") {
 			t.Errorf("%s: plausibleFrame disagrees with parseFrame", tt.name)
+		}
+	}
+}
+
+// TestFrameString: appendFrameString frames text exactly as appendFrame
+// frames the same bytes, after whatever the buffer holds.
+func TestFrameString(t *testing.T) {
+	for _, k := range []string{"", "x", "xa1.n.0123456789ab0123456789abcdef"} {
+		for _, typ := range []RecordType{RecordForget, RecordForgetAbort} {
+			prefix := []byte("earlier frames")
+			got := appendFrameString(slices.Clone(prefix), typ, k)
+			want := appendFrame(slices.Clone(prefix), typ, []byte(k))
+			if !bytes.Equal(got, want) {
+				t.Errorf("%v %q: %x, want %x", typ, k, got, want)
+			}
 		}
 	}
 }

@@ -244,6 +244,8 @@ type hookFS struct {
 	mu      sync.Mutex
 	syncers []*hookFile // the descriptor of every sync, in the order they began
 	hook    func(op, name string, p []byte, off int64) error
+	// onSync, if set, is called first by every Sync, with its descriptor.
+	onSync  func(f *hookFile)
 	renamed map[string]string // old path -> new path, for open files' names
 	extents map[string]*extent
 }
@@ -379,6 +381,12 @@ func (f *hookFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (f *hookFile) Sync() error {
+	f.fs.mu.Lock()
+	onSync := f.fs.onSync
+	f.fs.mu.Unlock()
+	if onSync != nil {
+		onSync(f)
+	}
 	name := f.fs.current(f.name)
 	// A sync covers what was written before it began, not what is written
 	// while it runs (syncs of a pipelined commit overlap writes).

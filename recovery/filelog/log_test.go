@@ -3,6 +3,7 @@ package filelog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -601,5 +602,119 @@ func TestForgetsAreNotSyncedOnTheirOwn(t *testing.T) {
 	}
 	if from, to := h.unsynced(segFiles(t, dir)[0]); to > from {
 		t.Fatalf("Close left bytes %d to %d unsynced", from, to)
+	}
+}
+
+// TestOverlapWaitsForAGroupAsLarge: while a group syncs, the next group
+// starts a sync of its own only once it holds as many records as the group
+// syncing; a smaller one waits for that sync and grows meanwhile.
+func TestOverlapWaitsForAGroupAsLarge(t *testing.T) {
+	const big = 2 * overlapMin // the second group: larger than overlapMin
+	h := &hookFS{}
+	l := mustCreate(t, t.TempDir(), Options{fs: h})
+	defer l.closeOnce(t)
+	// Sync slot 0 syncs through l.active, slot 1 through another
+	// descriptor: each has a gate.
+	slot0 := l.active.(*hookFile)
+	writeEntered, writeGate := make(chan struct{}), make(chan struct{})
+	gate0, gate1 := make(chan struct{}), make(chan struct{})
+	syncs := make(chan *hookFile, 10)
+	var writes atomic.Int32
+	h.setHook(func(op, name string, p []byte, off int64) error {
+		if op == "write" && strings.HasSuffix(name, ".wal") && writes.Add(1) == 1 {
+			close(writeEntered) // the first group's write
+			<-writeGate
+		}
+		return nil
+	})
+	h.mu.Lock()
+	h.onSync = func(f *hookFile) {
+		syncs <- f
+		if f == slot0 {
+			<-gate0
+		} else {
+			<-gate1
+		}
+	}
+	h.mu.Unlock()
+	var once sync.Once
+	releaseAll := func() {
+		once.Do(func() {
+			for _, g := range []chan struct{}{writeGate, gate0, gate1} {
+				select {
+				case <-g:
+				default:
+					close(g)
+				}
+			}
+		})
+	}
+	defer releaseAll()
+	ctx := context.Background()
+	errs := make(chan error, 1+2*big)
+	commit := func(i int) { go func() { errs <- l.LogCommit(ctx, commitRec(gid(i), 2)) }() }
+	queued := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			l.mu.Lock()
+			q := len(l.queue)
+			l.mu.Unlock()
+			if q == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d records queued after 10 s, want %d", q, want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	nextSync := func(what string) *hookFile {
+		t.Helper()
+		select {
+		case f := <-syncs:
+			return f
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no sync started for %s", what)
+			return nil
+		}
+	}
+	// Group 1: one record, held in its write while big records queue.
+	commit(1)
+	<-writeEntered
+	for i := range big {
+		commit(2 + i)
+	}
+	queued(big)
+	close(writeGate)
+	// Group 1 syncs in slot 0; group 2, the big records, is written and
+	// synced in slot 1 meanwhile (they are more than overlapMin and than
+	// group 1's one record).
+	a, b := nextSync("the first group"), nextSync("the second group, while the first one syncs")
+	if a == b || a != slot0 && b != slot0 {
+		t.Fatal("the two syncs in flight are not one in each slot")
+	}
+	close(gate0) // group 1 is durable; group 2 syncs on
+	if err := <-errs; err != nil {
+		t.Fatalf("the first group: %v", err)
+	}
+	// Group 3: fewer records than group 2 holds wait for its sync...
+	for i := range big - 1 {
+		commit(100 + i)
+	}
+	queued(big - 1)
+	select {
+	case <-syncs:
+		t.Fatalf("a sync started for %d records while a sync of %d ran", big-1, big)
+	case <-time.After(100 * time.Millisecond):
+	}
+	// ... and as many start their own.
+	commit(100 + big - 1)
+	nextSync(fmt.Sprintf("%d records while a sync of %d ran", big, big))
+	releaseAll()
+	for range 2 * big {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

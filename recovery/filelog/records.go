@@ -42,10 +42,10 @@ func (l *Log) LogCommit(ctx context.Context, rec xa.CommitRecord) error {
 	if err := check.UnmarshalBinary(payload); err != nil {
 		return fmt.Errorf("filelog: commit %v cannot be logged, it would not decode: %w", rec.ID, err)
 	}
-	d := decoded{id: check.ID, key: commitKey(payload, check.ID)}
+	key := commitKey(payload, check.ID)
 	deadline := check.ID.Begun.Add(l.ident.Timeout)
-	return l.appendDurable(ctx, RecordCommit, payload, d, func() (bool, error) {
-		if l.st.aborts[d.key] != nil || l.pending[d.key] != nil && l.pending[d.key].aborts > 0 {
+	return l.appendDurable(ctx, RecordCommit, payload, key, nil, func() (bool, error) {
+		if l.st.aborts[key] != nil || l.pending[key].aborts > 0 {
 			return false, fmt.Errorf("filelog: commit %v refused: %w", rec.ID, xa.ErrAbortRecorded)
 		}
 		// Read the clock here, next to the enqueue: a coordinator
@@ -78,8 +78,8 @@ func (l *Log) LogAbort(ctx context.Context, rec xa.AbortRecord) error {
 	if err != nil {
 		return fmt.Errorf("filelog: abort %v cannot be logged, it would not decode: %w", rec.ID, err)
 	}
-	return l.appendDurable(ctx, RecordAbort, payload, d, func() (bool, error) {
-		if l.st.commits[d.key] != nil || l.pending[d.key] != nil && l.pending[d.key].commits > 0 {
+	return l.appendDurable(ctx, RecordAbort, payload, d.key, &d, func() (bool, error) {
+		if l.st.commits[d.key] != nil || l.pending[d.key].commits > 0 {
 			return false, fmt.Errorf("filelog: abort %v refused: %w", rec.ID, xa.ErrCommitRecorded)
 		}
 		return l.st.aborts[d.key] != nil, nil
@@ -102,7 +102,7 @@ func (l *Log) LogDelegation(ctx context.Context, d xa.Delegation) error {
 	}
 	l.identMu.Lock()
 	defer l.identMu.Unlock()
-	return l.appendDurable(ctx, RecordDelegation, payload, dec, func() (bool, error) {
+	return l.appendDurable(ctx, RecordDelegation, payload, dec.key, &dec, func() (bool, error) {
 		held := l.st.delegations[dec.key]
 		store, err := xa.MergeDelegation(heldDelegation(held), held != nil, dec.delegation)
 		return !store, err
@@ -135,7 +135,7 @@ func (l *Log) LogParticipant(ctx context.Context, p xa.ParticipantRecord) error 
 	// two writers cannot both pass the check.
 	l.identMu.Lock()
 	defer l.identMu.Unlock()
-	return l.appendDurable(ctx, RecordParticipant, payload, dec, func() (bool, error) {
+	return l.appendDurable(ctx, RecordParticipant, payload, dec.key, &dec, func() (bool, error) {
 		held := l.st.parts[dec.key]
 		var hp xa.ParticipantRecord
 		if held != nil {
@@ -167,7 +167,7 @@ func (l *Log) LogHeuristic(ctx context.Context, h xa.HeuristicRecord) error {
 	if err != nil {
 		return fmt.Errorf("filelog: heuristic %v cannot be logged, it would not decode: %w", h.XID, err)
 	}
-	return l.appendDurable(ctx, RecordHeuristic, payload, d, nil)
+	return l.appendDurable(ctx, RecordHeuristic, payload, d.key, &d, nil)
 }
 
 // ClearHeuristic drops every heuristic record of branch x on participant
@@ -182,16 +182,19 @@ func (l *Log) ClearHeuristic(ctx context.Context, rm string, x xa.XID) error {
 	if err != nil {
 		return fmt.Errorf("filelog: clear heuristic of %v cannot be logged, it would not decode: %w", x, err)
 	}
-	return l.appendDurable(ctx, RecordClear, payload, d, nil)
+	return l.appendDurable(ctx, RecordClear, payload, d.key, &d, nil)
 }
 
 // appendDurable queues a record (payload, and what the state needs of it in
 // d) and waits until it is durable or ctx ends. admit, if not nil, runs
 // under l.mu right before the enqueue: an error refuses the record, skip
 // returns nil without queueing it.
-func (l *Log) appendDurable(ctx context.Context, t RecordType, payload []byte, d decoded, admit func() (skip bool, err error)) error {
-	name := d.key
-	if t == RecordHeuristic || t == RecordClear {
+//
+// key is the record's key (decoded.key); d is its decoded form, nil for a
+// commit record (which needs only its key).
+func (l *Log) appendDurable(ctx context.Context, t RecordType, payload []byte, key string, d *decoded, admit func() (skip bool, err error)) error {
+	name := key
+	if d != nil && (t == RecordHeuristic || t == RecordClear) {
 		name = d.xid.String()
 	}
 	if len(payload) > maxPayload {
@@ -200,7 +203,7 @@ func (l *Log) appendDurable(ctx context.Context, t RecordType, payload []byte, d
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("filelog: %v %s not logged: %w", t, name, err)
 	}
-	o := &op{t: t, d: d, frame: appendFrame(make([]byte, 0, frameHeader+len(payload)), t, payload)}
+	o := &op{t: t, key: key, d: d, frame: appendFrame(make([]byte, 0, frameHeader+len(payload)), t, payload)}
 	l.mu.Lock()
 	if err := l.usable(); err != nil {
 		l.mu.Unlock()
@@ -239,22 +242,22 @@ func (l *Log) pend(o *op) {
 	if o.t != RecordCommit && o.t != RecordAbort {
 		return
 	}
-	p := l.pending[o.d.key]
-	if p == nil {
-		p = &pend{}
-		l.pending[o.d.key] = p
-	}
+	p := l.pending[o.key]
 	if o.t == RecordCommit {
 		p.commits++
 	} else {
 		p.aborts++
 	}
+	l.pending[o.key] = p
 }
 
 // unpend undoes pend once o is in the state; l.mu is held.
 func (l *Log) unpend(o *op) {
-	p := l.pending[o.d.key]
-	if p == nil || o.t != RecordCommit && o.t != RecordAbort {
+	if o.t != RecordCommit && o.t != RecordAbort {
+		return
+	}
+	p, ok := l.pending[o.key]
+	if !ok {
 		return
 	}
 	if o.t == RecordCommit {
@@ -263,7 +266,9 @@ func (l *Log) unpend(o *op) {
 		p.aborts--
 	}
 	if p.commits <= 0 && p.aborts <= 0 {
-		delete(l.pending, o.d.key)
+		delete(l.pending, o.key)
+	} else {
+		l.pending[o.key] = p
 	}
 }
 
@@ -289,7 +294,7 @@ func (l *Log) Forget(ctx context.Context, id xa.GlobalID) error {
 // forgotten abort record may come back; recovery forgets it again.
 func (l *Log) ForgetAbort(ctx context.Context, id xa.GlobalID) error {
 	return l.queueForget(ctx, RecordForgetAbort, id, func(k string) error {
-		if p := l.pending[k]; p != nil && p.aborts > 0 {
+		if l.pending[k].aborts > 0 {
 			return fmt.Errorf("filelog: forget abort %v: %w: an abort record for it is being written", id, ErrRetained)
 		}
 		r := l.st.aborts[k]
@@ -318,7 +323,8 @@ func (l *Log) queueForget(ctx context.Context, t RecordType, id xa.GlobalID, dro
 		return fmt.Errorf("filelog: %v: zero global id", t)
 	}
 	k := id.String()
-	o := &op{t: t, d: decoded{id: id, key: k}, frame: appendFrame(make([]byte, 0, frameHeader+len(k)), t, []byte(k))}
+	// The frame is made when the writer writes it: no state keeps it.
+	o := &op{t: t, key: k}
 	l.mu.Lock()
 	if err := l.usable(); err != nil {
 		l.mu.Unlock()

@@ -11,12 +11,17 @@ import (
 
 // liveRecord is a record that the log must keep: its frame (for reads, and
 // for copying it forward), the segment that holds its newest copy, and for
-// the small kinds its decoded form. Commit records are decoded when read:
-// reads are rare, writes are not.
+// the rare kinds their decoded form. Commit records are decoded when read:
+// reads are rare, writes are not, and a commit's liveRecord stays small.
 type liveRecord struct {
-	frame      []byte
-	seg        uint64
-	dead       bool // forgotten, cleared or replaced
+	frame []byte
+	seg   uint64
+	dead  bool // forgotten, cleared or replaced
+	*more      // nil for commit records
+}
+
+// more is the decoded form a liveRecord keeps of the rare kinds.
+type more struct {
 	heuristic  xa.HeuristicRecord
 	abort      xa.AbortRecord
 	delegation xa.Delegation
@@ -112,17 +117,10 @@ func (s *state) move(r *liveRecord, to uint64) {
 // the older is dead, in every replay.
 func (s *state) apply(t RecordType, d *decoded, frame []byte, seg uint64) *liveRecord {
 	switch t {
-	case RecordCommit:
-		// Logging an id again replaces its record.
-		s.forget(d.key)
-		r := &liveRecord{frame: frame, seg: seg}
-		s.commits[d.key] = r
-		s.link(r)
-		return r
-	case RecordForget:
-		s.forget(d.key)
+	case RecordCommit, RecordForget, RecordForgetAbort:
+		return s.applyKeyed(t, d.key, frame, seg)
 	case RecordHeuristic:
-		r := &liveRecord{frame: frame, seg: seg, heuristic: d.heuristic}
+		r := &liveRecord{frame: frame, seg: seg, more: &more{heuristic: d.heuristic}}
 		rs := s.heuristics[d.hkey]
 		if i := slices.IndexFunc(rs, func(o *liveRecord) bool { return bytes.Equal(o.frame, frame) }); i >= 0 {
 			s.kill(rs[i]) // a copy replaces its original
@@ -138,11 +136,9 @@ func (s *state) apply(t RecordType, d *decoded, frame []byte, seg uint64) *liveR
 		}
 		delete(s.heuristics, d.hkey)
 	case RecordAbort:
-		return s.applyOnce(s.aborts, d.key, &liveRecord{frame: frame, seg: seg, abort: d.abort})
-	case RecordForgetAbort:
-		s.forgetAbort(d.key)
+		return s.applyOnce(s.aborts, d.key, &liveRecord{frame: frame, seg: seg, more: &more{abort: d.abort}})
 	case RecordDelegation:
-		r := &liveRecord{frame: frame, seg: seg, delegation: d.delegation}
+		r := &liveRecord{frame: frame, seg: seg, more: &more{delegation: d.delegation}}
 		if old := s.delegations[d.key]; old != nil && old.delegation.TableID == "" && d.delegation.TableID != "" {
 			// A delegation recorded before decision tables had
 			// identities, completed by one that names its table.
@@ -151,7 +147,26 @@ func (s *state) apply(t RecordType, d *decoded, frame []byte, seg uint64) *liveR
 		}
 		return s.applyOnce(s.delegations, d.key, r)
 	case RecordParticipant:
-		return s.applyOnce(s.parts, d.key, &liveRecord{frame: frame, seg: seg, part: d.part})
+		return s.applyOnce(s.parts, d.key, &liveRecord{frame: frame, seg: seg, more: &more{part: d.part}})
+	}
+	return nil
+}
+
+// applyKeyed is apply for the records that need only their key: commit,
+// forget and forget-abort.
+func (s *state) applyKeyed(t RecordType, key string, frame []byte, seg uint64) *liveRecord {
+	switch t {
+	case RecordCommit:
+		// Logging an id again replaces its record.
+		s.forget(key)
+		r := &liveRecord{frame: frame, seg: seg}
+		s.commits[key] = r
+		s.link(r)
+		return r
+	case RecordForget:
+		s.forget(key)
+	case RecordForgetAbort:
+		s.forgetAbort(key)
 	}
 	return nil
 }

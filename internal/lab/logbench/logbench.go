@@ -162,6 +162,12 @@ type Result struct {
 	// Min and Max are the lowest and highest decisions per second over
 	// the slices of Compare (equal to PerSecond for a single run).
 	Min, Max float64
+	// CPU is this process's CPU time (user and system, every thread)
+	// while the store ran, the benchmark's own work included; Compare
+	// runs one store at a time, so it is the store's.
+	CPU time.Duration
+	// CPUPerDecision is CPU divided by Decisions.
+	CPUPerDecision time.Duration
 }
 
 func (r Result) String() string {
@@ -169,6 +175,9 @@ func (r Result) String() string {
 		r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))
 	if r.Syncs > 0 {
 		s += fmt.Sprintf("  %5.1f per sync", r.AvgGroup)
+	}
+	if r.CPUPerDecision > 0 {
+		s += fmt.Sprintf("  cpu %v/decision", r.CPUPerDecision.Round(100*time.Nanosecond))
 	}
 	if r.Max > r.Min {
 		s += fmt.Sprintf("  (range %.0f-%.0f)", r.Min, r.Max)
@@ -196,9 +205,9 @@ func Throughput(ctx context.Context, store Store, cfg Config) (Result, error) {
 		syncs0 = sc.SyncCount()
 	}
 	deadline := time.Now().Add(cfg.Duration)
-	start := time.Now()
+	start, cpu0 := time.Now(), ProcessCPU()
 	lat, err := drive(ctx, lg, res.Writers, func(int64) bool { return time.Now().Before(deadline) })
-	res.Elapsed = time.Since(start)
+	res.Elapsed, res.CPU = time.Since(start), ProcessCPU()-cpu0
 	if sc != nil {
 		res.Syncs = sc.SyncCount() - syncs0
 	}
@@ -282,13 +291,13 @@ func compareAt(ctx context.Context, stores []Store, writers int, parent string, 
 				syncs0 = sc.SyncCount()
 			}
 			deadline := time.Now().Add(min(slice, d-o.res.Elapsed))
-			start := time.Now()
+			start, cpu0 := time.Now(), ProcessCPU()
 			n := writers
 			if o.writers > 0 {
 				n = o.writers
 			}
 			lat, err := drive(ctx, o.lg, n, func(int64) bool { return time.Now().Before(deadline) })
-			el := time.Since(start)
+			el, cpu := time.Since(start), ProcessCPU()-cpu0
 			if err != nil {
 				return nil, fmt.Errorf("logbench: %s: %w", o.res.Store, err)
 			}
@@ -296,6 +305,7 @@ func compareAt(ctx context.Context, stores []Store, writers int, parent string, 
 				o.res.Syncs += sc.SyncCount() - syncs0
 			}
 			o.res.Elapsed += el
+			o.res.CPU += cpu
 			o.lat = append(o.lat, lat...)
 			rate := float64(len(lat)) / el.Seconds()
 			o.res.Min, o.res.Max = min(o.res.Min, rate), max(o.res.Max, rate)
@@ -325,6 +335,9 @@ func (r *Result) fill(lat []time.Duration) {
 	}
 	if r.Syncs > 0 {
 		r.AvgGroup = float64(r.Decisions) / float64(r.Syncs)
+	}
+	if r.Decisions > 0 {
+		r.CPUPerDecision = r.CPU / time.Duration(r.Decisions)
 	}
 	if len(lat) > 0 {
 		slices.Sort(lat)
@@ -381,6 +394,16 @@ func drive(ctx context.Context, lg Log, writers int, more func(i int64) bool) ([
 		errs = append(errs, err)
 	}
 	return all, errors.Join(errs...)
+}
+
+// ProcessCPU returns this process's CPU time so far: user and system, of
+// every thread; 0 if the system does not say.
+func ProcessCPU() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // benchNode is the node of the benchmark's transactions and logs.
