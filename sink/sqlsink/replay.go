@@ -188,6 +188,12 @@ func (s *Sink) Replay(ctx context.Context, opts ReplayOptions) (ReplayReport, er
 	if opts.Batch <= 0 {
 		opts.Batch = 100
 	}
+	// The progress target and the targets are the stores the sink was
+	// set up with (identity.go), before the dead letters are read: another
+	// database's table would answer that there is nothing to replay.
+	if _, err := s.verify(ctx); err != nil {
+		return rep, err
+	}
 	all, err := s.stores[s.progress].deadLetters(ctx, s.cfg.Name, 0)
 	if err != nil {
 		return rep, fmt.Errorf("sink: reading %s in %s: %w", DeadLetterTable, s.progress, err)
