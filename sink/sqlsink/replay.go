@@ -255,7 +255,8 @@ func (s *Sink) Replay(ctx context.Context, opts ReplayOptions) (ReplayReport, er
 		if err == nil {
 			continue
 		}
-		if !done {
+		if !done || ctx.Err() != nil {
+			// Unknown, or out of time: the dead letters not done stay.
 			return rep, err
 		}
 		// Nothing of the batch landed: replay its dead letters one by
@@ -272,7 +273,7 @@ func (s *Sink) Replay(ctx context.Context, opts ReplayOptions) (ReplayReport, er
 			if err == nil {
 				continue
 			}
-			if !done {
+			if !done || ctx.Err() != nil {
 				return rep, err
 			}
 			rep.Results[one[0].res].Outcome, rep.Results[one[0].res].Reason = Kept, err.Error()
@@ -398,7 +399,11 @@ func (in *instance) replayBatch(ctx context.Context, n *uint64, jobs []replayJob
 	}
 	var claimed []replayJob
 	for _, j := range jobs {
-		ok, err := cl.claimDeadLetter(c.work, in.s.cfg.Name, j.d.ID())
+		// The delete waits for a dead-letter row another replay holds,
+		// which may be paused for any time: it is bounded by ctx (the
+		// caller's deadline; xactl's --op-timeout), not by the branch's
+		// own context.
+		ok, err := cl.claimDeadLetter(ctx, in.s.cfg.Name, j.d.ID())
 		if err != nil {
 			return abort(fmt.Errorf("sink: replay: deleting dead letter %s: %w", j.d.ID(), err))
 		}

@@ -1,8 +1,11 @@
 package sqlsink_test
 
 import (
+	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/xadb/xa/sink/sqlsink"
 	"github.com/xadb/xa/xa"
@@ -44,5 +47,92 @@ func TestReplayWrongProgress(t *testing.T) {
 	}
 	if got := e.deadLetters(); len(got) != 3 {
 		t.Fatalf("dead letters %q; want the 3 untouched", got)
+	}
+}
+
+// TestReplayDeadline (review of issue 18, item 2): replay
+// A holds its transaction open after deleting the dead-letter row (an
+// operator's Ctrl-Z, a paused host); replay B of the same dead letter,
+// given a deadline of 3 s (xactl's --op-timeout), waits for A's row lock.
+// B must stop at its deadline with an error, the dead letter not
+// replayed by it, rather than wait for A for ever (PostgreSQL has no
+// lock timeout; MariaDB's is 50 s). Once A goes on, it replays the dead
+// letter once. Run with the progress target on each database.
+func TestReplayDeadline(t *testing.T) {
+	t.Parallel()
+	for _, progress := range progressTargets {
+		t.Run("progress="+progress, func(t *testing.T) {
+			t.Parallel()
+			testReplayDeadline(t, progress)
+		})
+	}
+}
+
+func testReplayDeadline(t *testing.T, progress string) {
+	e := replayEnv(t, progress)
+	ctx := testCtx(t)
+	e.fixTable()
+	sel := []sqlsink.DeadLetterID{e.fractionID()}
+	a, b := e.open(), e.open()
+	held, release := make(chan struct{}), make(chan struct{})
+	var once, rel sync.Once
+	sqlsink.SetHook(a, func(step string, h sqlsink.Handle) error {
+		if step == "flushed" {
+			once.Do(func() { close(held) })
+			<-release
+		}
+		return nil
+	})
+	defer rel.Do(func() { close(release) })
+	var wg sync.WaitGroup
+	var repA sqlsink.ReplayReport
+	var errA error
+	wg.Go(func() { repA, errA = a.Replay(ctx, sqlsink.ReplayOptions{Select: sel}) })
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("replay A did not reach its flush")
+	}
+	bctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	type result struct {
+		rep sqlsink.ReplayReport
+		err error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		rep, err := b.Replay(bctx, sqlsink.ReplayOptions{Select: sel})
+		done <- result{rep, err}
+	}()
+	var rb result
+	select {
+	case rb = <-done:
+		t.Logf("replay B, deadline 3 s, returned after %v: %q, err %v", time.Since(start).Round(100*time.Millisecond), outcomes(rb.rep), rb.err)
+		if rb.err == nil {
+			t.Errorf("replay B past its deadline: %q, no error; want an error", outcomes(rb.rep))
+		}
+		if rb.rep.Count(sqlsink.Replayed) != 0 {
+			t.Errorf("replay B says it replayed the dead letter A holds: %q", outcomes(rb.rep))
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("replay B, given a deadline of 3 s, is still waiting for replay A's lock after 20 s")
+	}
+	rel.Do(func() { close(release) })
+	wg.Wait()
+	if rb.err == nil && rb.rep.Results == nil {
+		rb = <-done
+		t.Logf("replay B, once A went on: %q, err %v", outcomes(rb.rep), rb.err)
+	}
+	if errA != nil {
+		t.Fatalf("replay A: %v", errA)
+	}
+	t.Logf("replay A: %q", outcomes(repA))
+	e.settle(a)
+	if my, pg, _, _ := e.fractionRows(); my != 1 || pg != 1 {
+		t.Fatalf("the fraction's row %d times in %s, %d in %s; want once in each", my, tgMy, pg, tgPg)
+	}
+	if got := e.deadLetters(); len(got) != 2 {
+		t.Fatalf("dead letters %q; want the 2 others", got)
 	}
 }
