@@ -57,6 +57,9 @@ type checkpoint struct {
 	epochs    map[string]int64
 	decided   bool
 	dead      int // dead letters buffered (OnErrorDeadLetter)
+	// left are the targets whose branch Commit decided and left to
+	// restore (phase two failed: the target did not answer).
+	left []string
 }
 
 // liveBranch is one target's branch of a live transaction. Its fields are
@@ -484,7 +487,9 @@ func (in *instance) Commit(ctx context.Context, h Handle) error {
 		if c != nil {
 			lb = c.branches[b.Target]
 		}
-		in.commitBranch(ctx, h, b, lb)
+		if !in.commitBranch(ctx, h, b, lb) && c != nil {
+			c.left = append(c.left, b.Target)
+		}
 		if i == 0 && len(h.Branches) > 1 {
 			if err := in.s.step("phase2", h); err != nil {
 				return err
@@ -641,13 +646,14 @@ func (in *instance) claim(ctx context.Context, h Handle) (stored, error) {
 // commitBranch commits one prepared branch of a decided checkpoint: on its
 // own session if it is live, else by XID from another session. "Unknown
 // XID" counts as committed: the decision row proves that nothing else can
-// have happened to it. After Phase2Attempts it is left to restore.
-func (in *instance) commitBranch(ctx context.Context, h Handle, b BranchState, lb *liveBranch) {
+// have happened to it. After Phase2Attempts it is left to restore. It
+// reports whether the branch is finished (false: left to restore).
+func (in *instance) commitBranch(ctx context.Context, h Handle, b BranchState, lb *liveBranch) bool {
 	tg := in.s.targets[b.Target]
 	ref := h.Ref(b.Target)
 	if tg == nil {
 		in.log.Error("sink: a decided branch on a target this sink does not have: restore it with a sink that has it", "branch", ref.String())
-		return
+		return false
 	}
 	origin := xa.Origin{Session: b.Session, Prepared: b.Prepared}
 	var err error
@@ -671,14 +677,14 @@ func (in *instance) commitBranch(ctx context.Context, h Handle, b BranchState, l
 		cancel()
 		switch {
 		case err == nil, errors.Is(err, xa.ErrUnknownXID):
-			return
+			return true
 		case errors.Is(err, xa.ErrRolledBack):
 			in.log.Error("sink: heuristic outcome: a branch of a checkpoint decided commit was rolled back by its database; its rows are lost",
 				"branch", ref.String(), "err", err)
-			return
+			return true
 		}
 		if in.s.check() != nil {
-			return
+			return false
 		}
 	}
 	if lb != nil {
@@ -687,6 +693,7 @@ func (in *instance) commitBranch(ctx context.Context, h Handle, b BranchState, l
 		}
 	}
 	in.log.Warn("sink: phase two left to restore", "branch", ref.String(), "err", err)
+	return false
 }
 
 // Abort rolls h back. If a branch may be prepared it first claims the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/xadb/xa/sink"
@@ -87,6 +88,12 @@ const (
 	WouldReplay ReplayOutcome = "would replay"
 	// Kept: it is still bad (Reason says why) and stays a dead letter.
 	Kept ReplayOutcome = "kept"
+	// Decided: its transaction is decided commit (it lands exactly
+	// once), but its commit on a target was left to restore (the target
+	// did not answer in phase two): its rows there are not visible until
+	// a restore commits them (a running instance's sweep, the next
+	// replay). xactl exits 3 (in-doubt branches remain).
+	Decided ReplayOutcome = "decided"
 	// Gone: another replay took it first (its row was gone when this one
 	// came to delete it); nothing was written for it here.
 	Gone ReplayOutcome = "gone"
@@ -443,6 +450,14 @@ func (in *instance) replayBatch(ctx context.Context, n *uint64, jobs []replayJob
 		}
 		return false, fmt.Errorf("sink: replay: transaction %d of incarnation %s: %w (its outcome is left to restore: run the replay again)",
 			*n, incarnationText(in.inc), err)
+	}
+	if len(c.left) > 0 {
+		for _, j := range claimed {
+			rep.Results[j.res].Outcome = Decided
+			rep.Results[j.res].Reason = fmt.Sprintf("decided; its commit on %s is left to restore (the target did not answer)", strings.Join(c.left, ", "))
+		}
+		in.log.Warn("sink: replay: a decided transaction's commit is left to restore", "txn", *n, "targets", c.left)
+		return true, nil
 	}
 	for _, j := range claimed {
 		rep.Results[j.res].Outcome = Replayed

@@ -3,10 +3,12 @@ package sqlsink_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/xadb/xa/internal/testrig/dbtest"
 	"github.com/xadb/xa/sink/sqlsink"
 	"github.com/xadb/xa/xa"
 )
@@ -134,5 +136,49 @@ func testReplayDeadline(t *testing.T, progress string) {
 	}
 	if got := e.deadLetters(); len(got) != 2 {
 		t.Fatalf("dead letters %q; want the 2 others", got)
+	}
+}
+
+// TestReplayPhaseTwoLeft (review of issue 18, item 2): the replay's
+// transaction is decided, and PostgreSQL goes down before its branch
+// there commits: phase two is left to restore (the branch prepared, its
+// row not visible) and Commit returns nil. Before, the replay said
+// Replayed ("its rows landed"; xactl exit 0) while its row in PostgreSQL
+// had not landed. It now says Decided, with the target in the reason
+// (xactl exits 3, in-doubt branches remain). Once PostgreSQL is back, a
+// restore lands the row once.
+func TestReplayPhaseTwoLeft(t *testing.T) {
+	t.Parallel()
+	srv := dbtest.NewPostgresServer(t)
+	if !srv.Restartable() {
+		t.Skip("the PostgreSQL server cannot be stopped here")
+	}
+	e := replayEnvOf(t, newEnvWith(t, dbtest.MySQLDB(t), srv.CreateDB(t), tgMy))
+	ctx := testCtx(t)
+	e.fixTable()
+	sel := []sqlsink.DeadLetterID{e.fractionID()}
+	s := e.open()
+	var stopped bool
+	sqlsink.SetHook(s, func(step string, h sqlsink.Handle) error {
+		if step == "decided" && !stopped {
+			stopped = true
+			srv.Stop(t)
+		}
+		return nil
+	})
+	rep, err := s.Replay(ctx, sqlsink.ReplayOptions{Select: sel})
+	t.Logf("replay, PostgreSQL stopped after the decision: %q, err %v", outcomes(rep), err)
+	srv.Start(t)
+	my, pg, _, _ := e.fractionRows()
+	t.Logf("once PostgreSQL is back, before a restore: the fraction's row %d times in %s, %d in %s", my, tgMy, pg, tgPg)
+	if err == nil && rep.Count(sqlsink.Replayed) == 1 && pg == 0 {
+		t.Errorf("the replay said replayed, no error, while its row in %s had not landed (its branch left prepared)", tgPg)
+	}
+	if err != nil || rep.Count(sqlsink.Decided) != 1 || !strings.Contains(rep.Results[0].Reason, tgPg) {
+		t.Errorf("replay: %q (%+v), err %v; want the dead letter decided, its commit on %s left to restore", outcomes(rep), rep.Results, err, tgPg)
+	}
+	e.settle(e.open())
+	if my, pg, _, _ := e.fractionRows(); my != 1 || pg != 1 {
+		t.Fatalf("after a restore: the fraction's row %d times in %s, %d in %s; want once in each", my, tgMy, pg, tgPg)
 	}
 }
