@@ -43,7 +43,10 @@ writes no record twice and loses none; two replays of one dead letter at
 once write it once (the other says "gone").
 
 A record that still fails to map, or whose row a database refuses, stays a
-dead letter and is listed with the reason (exit 1). --dry-run maps the dead
+dead letter and is listed with the reason (exit 1). A dead letter whose
+transaction is decided but whose commit on a target is left to restore
+(the target did not answer) is "decided" (exit 3): its rows there land
+when a restore runs. --dry-run maps the dead
 letters and says what would happen, writing nothing.
 
 A dead letter mapping to an upsert table is refused without --force: the

@@ -180,7 +180,10 @@ type replayJob struct {
 // replay killed mid-way). It refuses, writing nothing, a replay into an
 // upsert table without Force (ErrReplayUpsert), and a selection whose
 // checkpoint and seq name several dead letters without an incarnation
-// (ErrConfig). An error after some transactions committed comes with the
+// (ErrConfig), and a configuration whose stores are not the ones the sink
+// was set up with (xa.ErrIdentity), before reading a dead letter. A dead
+// letter whose transaction is decided but whose commit on a target was
+// left to restore is Decided. An error after some transactions committed comes with the
 // report of what was done; a transaction whose outcome is unknown (its
 // decision could not be stored, nor fenced) is resolved by the next
 // restore or replay.
