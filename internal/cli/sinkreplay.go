@@ -19,6 +19,9 @@ type sinkReplayView struct {
 	sqlsink.ReplayReport
 	Replayed int `json:"replayed"`
 	Kept     int `json:"kept"`
+	// Decided are replayed dead letters whose commit on a target is
+	// left to restore (sqlsink.Decided).
+	Decided int `json:"decided"`
 }
 
 func newSinkReplay(g *globals) *cobra.Command {
@@ -40,7 +43,10 @@ writes no record twice and loses none; two replays of one dead letter at
 once write it once (the other says "gone").
 
 A record that still fails to map, or whose row a database refuses, stays a
-dead letter and is listed with the reason (exit 1). --dry-run maps the dead
+dead letter and is listed with the reason (exit 1). A dead letter whose
+transaction is decided but whose commit on a target is left to restore
+(the target did not answer) is "decided" (exit 3): its rows there land
+when a restore runs. --dry-run maps the dead
 letters and says what would happen, writing nothing.
 
 A dead letter mapping to an upsert table is refused without --force: the
@@ -83,7 +89,7 @@ the time it was set aside.`,
 				return sinkIdentityExit(fmt.Errorf("sink %s: replay: %w%s", sc.Name, rerr, setupHint(rerr, sc.Name)))
 			}
 			v := sinkReplayView{Sink: sc.Name, DryRun: dryRun, ReplayReport: rep,
-				Replayed: rep.Count(sqlsink.Replayed), Kept: rep.Count(sqlsink.Kept)}
+				Replayed: rep.Count(sqlsink.Replayed), Kept: rep.Count(sqlsink.Kept), Decided: rep.Count(sqlsink.Decided)}
 			if err := g.out.result(v, v.print); err != nil {
 				return err
 			}
@@ -94,6 +100,9 @@ the time it was set aside.`,
 				return &exitError{code: ExitError, err: fmt.Errorf("sink %s: no dead letter %s (xactl sink dead-letters %s lists them)", sc.Name, rep.Missing[0], sc.Name)}
 			case v.Kept > 0:
 				return &exitError{code: ExitError, err: fmt.Errorf("sink %s: %s kept (still bad: see the reasons above)", sc.Name, plural(v.Kept, "dead letter"))}
+			case v.Decided > 0:
+				return &exitError{code: ExitInDoubt, err: fmt.Errorf("sink %s: %s decided, their commit left to restore: their rows land when a restore runs (xactl sink status %s shows the branches)",
+					sc.Name, plural(v.Decided, "dead letter"), sc.Name)}
 			}
 			return nil
 		},
@@ -131,6 +140,10 @@ func (v sinkReplayView) print(w io.Writer) {
 	default:
 		fmt.Fprintf(w, "%s replayed (rows written and dead letters deleted, in one transaction each batch), %s kept.\n",
 			plural(v.Replayed, "dead letter"), plural(v.Kept, "dead letter"))
+		if v.Decided > 0 {
+			fmt.Fprintf(w, "%s decided, their commit on a target left to restore: their rows land when a restore runs (a running instance, or the next replay).\n",
+				plural(v.Decided, "dead letter"))
+		}
 		if v.Incarnation != 0 {
 			fmt.Fprintf(w, "The replay ran as incarnation %d of the sink (xa_sink_instances: when, host and pid).\n", v.Incarnation)
 		}

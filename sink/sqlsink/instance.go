@@ -64,6 +64,9 @@ type checkpoint struct {
 	// refused are the rows refused by the last flushes, for
 	// settleRefused; guarded by mu while the flushes run.
 	refused []refusedRow
+	// left are the targets whose branch Commit decided and left to
+	// restore (phase two failed: the target did not answer).
+	left []string
 }
 
 // liveBranch is one target's branch of a live transaction. Its fields are
@@ -521,7 +524,9 @@ func (in *instance) Commit(ctx context.Context, h Handle) error {
 		if c != nil {
 			lb = c.branches[b.Target]
 		}
-		in.commitBranch(ctx, h, b, lb)
+		if !in.commitBranch(ctx, h, b, lb) && c != nil {
+			c.left = append(c.left, b.Target)
+		}
 		if i == 0 && len(h.Branches) > 1 {
 			if err := in.s.step("phase2", h); err != nil {
 				return err
@@ -680,13 +685,14 @@ func (in *instance) claim(ctx context.Context, h Handle) (stored, error) {
 // own session if it is live, else by XID from another session, through
 // xa's phase-2 kernel. "Unknown XID" counts as committed: the decision row
 // proves that nothing else can have happened to it. After Phase2Attempts
-// (Sink.phase2Retry) it is left to restore.
-func (in *instance) commitBranch(ctx context.Context, h Handle, b BranchState, lb *liveBranch) {
+// (Sink.phase2Retry) it is left to restore. It reports whether the branch
+// is finished (false: left to restore).
+func (in *instance) commitBranch(ctx context.Context, h Handle, b BranchState, lb *liveBranch) bool {
 	tg := in.s.targets[b.Target]
 	ref := h.Ref(b.Target)
 	if tg == nil {
 		in.log.Error("sink: a decided branch on a target this sink does not have: restore it with a sink that has it", "branch", ref.String())
-		return
+		return false
 	}
 	origin := xa.Origin{Session: b.Session, Prepared: b.Prepared}
 	res := xa.Phase2(ctx, in.s.phase2Retry(), xa.Phase2Call{Proven: true, Stop: in.s.check}, func(actx context.Context) error {
@@ -704,12 +710,14 @@ func (in *instance) commitBranch(ctx context.Context, h Handle, b BranchState, l
 		return err
 	})
 	switch {
-	case res.Ended(), res.Stopped:
-		return
+	case res.Ended():
+		return true
+	case res.Stopped:
+		return false
 	case res.Verdict == xa.Phase2Heuristic:
 		in.log.Error("sink: heuristic outcome: a branch of a checkpoint decided commit was rolled back by its database; its rows are lost",
 			"branch", ref.String(), "err", res.Err)
-		return
+		return true
 	}
 	if lb != nil {
 		if b := lb.drop(); b != nil {
@@ -717,6 +725,7 @@ func (in *instance) commitBranch(ctx context.Context, h Handle, b BranchState, l
 		}
 	}
 	in.log.Warn("sink: phase two left to restore", "branch", ref.String(), "err", res.Err)
+	return false
 }
 
 // Abort rolls h back. If a branch may be prepared it first claims the

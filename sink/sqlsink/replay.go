@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/xadb/xa/sink"
@@ -87,6 +88,12 @@ const (
 	WouldReplay ReplayOutcome = "would replay"
 	// Kept: it is still bad (Reason says why) and stays a dead letter.
 	Kept ReplayOutcome = "kept"
+	// Decided: its transaction is decided commit (it lands exactly
+	// once), but its commit on a target was left to restore (the target
+	// did not answer in phase two): its rows there are not visible until
+	// a restore commits them (a running instance's sweep, the next
+	// replay). xactl exits 3 (in-doubt branches remain).
+	Decided ReplayOutcome = "decided"
 	// Gone: another replay took it first (its row was gone when this one
 	// came to delete it); nothing was written for it here.
 	Gone ReplayOutcome = "gone"
@@ -173,7 +180,10 @@ type replayJob struct {
 // replay killed mid-way). It refuses, writing nothing, a replay into an
 // upsert table without Force (ErrReplayUpsert), and a selection whose
 // checkpoint and seq name several dead letters without an incarnation
-// (ErrConfig). An error after some transactions committed comes with the
+// (ErrConfig), and a configuration whose stores are not the ones the sink
+// was set up with (xa.ErrIdentity), before reading a dead letter. A dead
+// letter whose transaction is decided but whose commit on a target was
+// left to restore is Decided. An error after some transactions committed comes with the
 // report of what was done; a transaction whose outcome is unknown (its
 // decision could not be stored, nor fenced) is resolved by the next
 // restore or replay.
@@ -187,6 +197,12 @@ func (s *Sink) Replay(ctx context.Context, opts ReplayOptions) (ReplayReport, er
 	}
 	if opts.Batch <= 0 {
 		opts.Batch = 100
+	}
+	// The progress target and the targets are the stores the sink was
+	// set up with (identity.go), before the dead letters are read: another
+	// database's table would answer that there is nothing to replay.
+	if _, err := s.verify(ctx); err != nil {
+		return rep, err
 	}
 	all, err := s.stores[s.progress].deadLetters(ctx, s.cfg.Name, 0)
 	if err != nil {
@@ -249,7 +265,8 @@ func (s *Sink) Replay(ctx context.Context, opts ReplayOptions) (ReplayReport, er
 		if err == nil {
 			continue
 		}
-		if !done {
+		if !done || ctx.Err() != nil {
+			// Unknown, or out of time: the dead letters not done stay.
 			return rep, err
 		}
 		// Nothing of the batch landed: replay its dead letters one by
@@ -266,7 +283,7 @@ func (s *Sink) Replay(ctx context.Context, opts ReplayOptions) (ReplayReport, er
 			if err == nil {
 				continue
 			}
-			if !done {
+			if !done || ctx.Err() != nil {
 				return rep, err
 			}
 			rep.Results[one[0].res].Outcome, rep.Results[one[0].res].Reason = Kept, err.Error()
@@ -392,7 +409,11 @@ func (in *instance) replayBatch(ctx context.Context, n *uint64, jobs []replayJob
 	}
 	var claimed []replayJob
 	for _, j := range jobs {
-		ok, err := cl.claimDeadLetter(c.work, in.s.cfg.Name, j.d.ID())
+		// The delete waits for a dead-letter row another replay holds,
+		// which may be paused for any time: it is bounded by ctx (the
+		// caller's deadline; xactl's --op-timeout), not by the branch's
+		// own context.
+		ok, err := cl.claimDeadLetter(ctx, in.s.cfg.Name, j.d.ID())
 		if err != nil {
 			return abort(fmt.Errorf("sink: replay: deleting dead letter %s: %w", j.d.ID(), err))
 		}
@@ -435,6 +456,14 @@ func (in *instance) replayBatch(ctx context.Context, n *uint64, jobs []replayJob
 		}
 		return false, fmt.Errorf("sink: replay: transaction %d of incarnation %s: %w (its outcome is left to restore: run the replay again)",
 			*n, incarnationText(in.inc), err)
+	}
+	if len(c.left) > 0 {
+		for _, j := range claimed {
+			rep.Results[j.res].Outcome = Decided
+			rep.Results[j.res].Reason = fmt.Sprintf("decided; its commit on %s is left to restore (the target did not answer)", strings.Join(c.left, ", "))
+		}
+		in.log.Warn("sink: replay: a decided transaction's commit is left to restore", "txn", *n, "targets", c.left)
+		return true, nil
 	}
 	for _, j := range claimed {
 		rep.Results[j.res].Outcome = Replayed

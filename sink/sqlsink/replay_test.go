@@ -22,7 +22,12 @@ import (
 // fraction for the BIGINT k); the 4 good records landed.
 func replayEnv(t *testing.T, progress string) *env {
 	t.Helper()
-	e := newEnvOn(t, progress)
+	return replayEnvOf(t, newEnvOn(t, progress))
+}
+
+// replayEnvOf is replayEnv on the env e.
+func replayEnvOf(t *testing.T, e *env) *env {
+	t.Helper()
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.ndjson"), filepath.Join(dir, "b.ndjson")
 	lines := map[string][]string{
