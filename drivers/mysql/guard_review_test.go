@@ -175,3 +175,59 @@ func TestNonComparableContext(t *testing.T) {
 		})
 	}
 }
+
+// XA PREPARE runs under Prepare's context alone: a context that bounded
+// the branch's statements (a statement's own, or Start's) ending while
+// XA PREPARE waits (the server holds prepares) does not interrupt it, and
+// the branch is prepared once the server lets it through.
+func TestEndedStatementContextSparesPrepare(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := dbtest.NewMySQLServer(t)
+	db := srv.CreateDB(t)
+	raw := rawDB(t, db.DSN())
+	rollbackListedAtEnd(t, raw)
+	mustExec(t, raw, "CREATE TABLE kv (k INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
+	rm := openRM(t, db.DSN(), func(c *Config) { c.MaxConns = 1 })
+	for i, how := range []string{"statement context", "Start's context"} {
+		t.Run(how, func(t *testing.T) {
+			actx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			startCtx := ctx
+			if how == "Start's context" {
+				startCtx = actx
+			}
+			b, err := rm.Start(startCtx, newXID(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn(b).ExecContext(actx, "INSERT INTO kv VALUES (?, 1)", i+1); err != nil {
+				t.Fatal(err)
+			}
+			release := holdCommits(t, raw)
+			type vote struct {
+				v   xa.Vote
+				err error
+			}
+			done := make(chan vote, 1)
+			go func() {
+				v, err := b.Prepare(ctx)
+				done <- vote{v, err}
+			}()
+			time.Sleep(300 * time.Millisecond) // XA PREPARE waits
+			cancel()
+			time.Sleep(500 * time.Millisecond) // a kill would land now
+			release()
+			r := <-done
+			if v, err := r.v, r.err; v != xa.VotePrepared {
+				t.Fatalf("Prepare: %v %v", v, err)
+			}
+			if err := b.Commit(ctx); err != nil {
+				t.Fatalf("Commit: %v", err)
+			}
+			if _, ok := getV(t, raw, i+1); !ok {
+				t.Fatal("not committed")
+			}
+		})
+	}
+}
