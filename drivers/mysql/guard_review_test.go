@@ -17,6 +17,7 @@ import (
 // context. When the context ends while XA ROLLBACK waits (the server holds
 // commits), the command must be interrupted and Rollback return
 // ErrRetryable within about a second, as it does for any other context.
+// Commit under that context (work still running) is bounded by it too.
 func TestRollbackUnderStartContextBounded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -27,7 +28,7 @@ func TestRollbackUnderStartContextBounded(t *testing.T) {
 	mustExec(t, raw, "CREATE TABLE kv (k INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
 	rm := openRM(t, db.DSN())
 
-	for i, how := range []string{"another context", "Start's context"} {
+	for i, how := range []string{"another context", "Start's context", "Commit, Start's context"} {
 		t.Run(how, func(t *testing.T) {
 			sctx, cancel := context.WithCancel(ctx)
 			defer cancel()
@@ -51,7 +52,13 @@ func TestRollbackUnderStartContextBounded(t *testing.T) {
 			}
 			t0 := time.Now()
 			done := make(chan error, 1)
-			go func() { done <- b.Rollback(rctx) }()
+			go func() {
+				if how == "Commit, Start's context" {
+					done <- b.Commit(rctx)
+					return
+				}
+				done <- b.Rollback(rctx)
+			}()
 			select {
 			case err = <-done:
 			case <-time.After(5 * time.Second):
@@ -63,6 +70,12 @@ func TestRollbackUnderStartContextBounded(t *testing.T) {
 			release()
 			if !xa.Retryable(err) || took > 1500*time.Millisecond {
 				t.Fatalf("after %v: %v, want ErrRetryable within about a second", took, err)
+			}
+			if how == "Commit, Start's context" {
+				if err := b.Commit(ctx); err != nil {
+					t.Fatalf("second Commit: %v", err)
+				}
+				return
 			}
 			if err := b.Rollback(ctx); err != nil {
 				t.Fatalf("second Rollback: %v", err)
