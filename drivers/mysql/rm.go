@@ -248,7 +248,10 @@ func (rm *RM) Start(ctx context.Context, xid xa.XID) (xa.Branch, error) {
 			b.stopWork(err)
 			return nil, rm.rmError(opStart, xid, nil, err)
 		}
-		s.work, s.start = b.work, ctx
+		s.work = b.work
+		if comparableCtx(ctx) {
+			s.start = ctx // else statements under it are watched on their own
+		}
 		b.s = s
 	}
 	// else: the branch's work is over before it began; it takes no

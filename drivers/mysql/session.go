@@ -177,6 +177,13 @@ type guard struct {
 	cause     error
 	dropped   bool               // KILL QUERY failed: the connection was closed instead
 	cancelDrv context.CancelFunc // nil when the socket is closed instead
+
+	// A callback on the session's start context, made when the work
+	// context ended before it (Rollback, Close): from then on a command
+	// under the start context is no longer covered through work's
+	// callback (see fire).
+	stopStart func() bool
+	released  bool // unwatch ran: no callback is made any more
 }
 
 // watchSlot is a standing callback on one context.
@@ -217,6 +224,10 @@ func (w *watchSlot) clear() {
 // through a callback of its own.
 func (s *session) watch(a, b context.Context) (context.Context, *guard) {
 	g := &s.g
+	if !comparableCtx(a) {
+		// Identified by the guard with ==, which would panic.
+		a = &boxedCtx{a}
+	}
 	viaWork := s.work != nil && a == s.start
 	g.slots[0].set(g, a, !viaWork)
 	if g.slots[0].drv == nil {
@@ -253,16 +264,52 @@ func (s *session) watch(a, b context.Context) (context.Context, *guard) {
 func (g *guard) unwatch() {
 	g.slots[0].clear()
 	g.slots[1].clear()
+	g.mu.Lock()
+	g.released = true
+	stop := g.stopStart
+	g.stopStart = nil
+	g.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 }
+
+// comparableCtx reports whether ctx can be compared with ==: a context
+// type of the application's may be a struct holding a slice or a map, for
+// which == panics. If ctx == ctx does not panic, neither does ctx == x for
+// any x.
+func comparableCtx(ctx context.Context) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return ctx == ctx
+}
+
+// boxedCtx gives a context that cannot be compared an identity: a pointer.
+type boxedCtx struct{ context.Context }
 
 // fire kills the armed statement because ctx ended, if ctx is one of its
 // contexts and no kill was started for it yet. The branch's work context
 // ending also stands for Start's context when that has ended (it ends
-// work, its child, before work's callbacks run).
+// work, its child, before work's callbacks run); when work ends while
+// Start's context has not (Rollback, Close), Start's context gets a
+// callback of its own, since the commands Rollback then sends under it
+// are no longer covered through work's.
 func (g *guard) fire(ctx context.Context) {
 	g.mu.Lock()
-	if ctx == g.s.work && ctx != g.b && g.a == g.s.start && g.a != nil && g.a.Err() != nil {
-		ctx = g.a
+	if start := g.s.start; ctx == g.s.work && start != nil {
+		if start.Err() == nil {
+			// Work ended on its own (Rollback, Close): a command under
+			// Start's context, which work's callback covered, needs a
+			// callback of its own from now on.
+			if g.stopStart == nil && !g.released && start.Done() != nil {
+				g.stopStart = context.AfterFunc(start, func() { g.fire(start) })
+			}
+		} else if ctx != g.b && g.a == start {
+			ctx = start
+		}
 	}
 	if !g.armed || g.fired || (ctx != g.a && ctx != g.b) {
 		g.mu.Unlock()

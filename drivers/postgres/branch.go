@@ -43,7 +43,7 @@ type branch struct {
 	// statement's context ends with it.
 	life    context.Context
 	endLife context.CancelCauseFunc
-	start   context.Context // Start's context, life's parent
+	start   context.Context // Start's context, life's parent; nil if == would panic on it (see enter)
 
 	mu        sync.Mutex
 	state     state
@@ -70,7 +70,9 @@ var (
 func newBranch(ctx context.Context, rm *RM, xid xa.XID) *branch {
 	b := &branch{rm: rm, xid: xid, lit: quoteLiteral(xid.String()), state: stActive}
 	b.life, b.endLife = context.WithCancelCause(ctx)
-	b.start = ctx
+	if comparableCtx(ctx) {
+		b.start = ctx // else every statement gets a context of its own
+	}
 	b.sess = &Conn{b: b}
 	rm.track(b)
 	return b
@@ -549,4 +551,17 @@ func lastTag(res []*pgconn.Result) string {
 		return ""
 	}
 	return res[len(res)-1].CommandTag.String()
+}
+
+// comparableCtx reports whether ctx can be compared with ==: a context
+// type of the application's may be a struct holding a slice or a map, for
+// which == panics. If ctx == ctx does not panic, neither does ctx == x for
+// any x.
+func comparableCtx(ctx context.Context) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return ctx == ctx
 }
