@@ -36,8 +36,9 @@ func buildXactl(t *testing.T, dir string) string {
 // dead-letter table once, across a SIGKILL in the checkpoint that holds
 // it"): xactl, built with go build, runs sink run with on_error:
 // dead_letter over a Kafka topic of 4 partitions (kfake, in this process)
-// in which every fifth record of each partition is bad (not JSON, or a
-// fraction for the BIGINT seq), while records keep coming. It is killed
+// in which every fifth record of each partition is bad (not JSON, a
+// fraction for the BIGINT seq, or a value too long for its column, which
+// the databases refuse), while records keep coming. It is killed
 // with SIGKILL XA_SINK_KILLS times (default 5), each time once a
 // checkpoint is prepared on PostgreSQL (a checkpoint in flight, which
 // holds bad records: each holds five or more records of a partition), or
@@ -68,7 +69,7 @@ func TestSinkKillDeadLetters(t *testing.T) {
 		{func(q ...string) error { return e.my.Server.Exec(e.ctx, e.my.Name, q...) }},
 		{func(q ...string) error { return e.pg.Server.Exec(e.ctx, e.pg.Name, q...) }},
 	} {
-		if err := x.exec("DROP TABLE events", "CREATE TABLE events (id BIGINT NOT NULL, p VARCHAR(64) NOT NULL, seq BIGINT, body TEXT)"); err != nil {
+		if err := x.exec("DROP TABLE events", "CREATE TABLE events (id BIGINT NOT NULL, p VARCHAR(64) NOT NULL, seq BIGINT, body VARCHAR(40))"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,7 +88,10 @@ func TestSinkKillDeadLetters(t *testing.T) {
 	defer prod.Close()
 	// Record id goes to partition id % 4; it is bad when id % 5 == 0
 	// (so every fifth record of each partition): not JSON when id % 10
-	// == 0, else a fraction for the BIGINT seq (both mapping errors).
+	// == 0, a fraction for the BIGINT seq when id % 20 == 5 (both
+	// mapping errors), and when id % 20 == 15 a value too long for the
+	// body column, VARCHAR(40) (the whole value, $): a row both databases
+	// refuse, which the sink narrows its batch to.
 	bad := func(id int) bool { return id%5 == 0 }
 	var produced atomic.Int64
 	produce := func(n int) {
@@ -99,6 +103,8 @@ func TestSinkKillDeadLetters(t *testing.T) {
 			switch {
 			case id%10 == 0:
 				v = fmt.Appendf(nil, `not json %d`, id)
+			case id%20 == 15:
+				v = fmt.Appendf(nil, `{"id":%d,"seq":%d,"pad":"%s"}`, id, id, strings.Repeat("x", 40))
 			case bad(id):
 				v = fmt.Appendf(nil, `{"id":%d,"seq":%d.5}`, id, id)
 			}

@@ -67,6 +67,11 @@ type checkpoint struct {
 	// left are the targets whose branch Commit decided and left to
 	// restore (phase two failed: the target did not answer).
 	left []string
+	// poisoned are the instance.poison keys of the records this
+	// checkpoint sets aside as remembered refusals: forgotten once its
+	// decision is taken, kept if it aborts (read again, they are set
+	// aside again rather than refused again).
+	poisoned []string
 }
 
 // liveBranch is one target's branch of a live transaction. Its fields are
@@ -229,6 +234,7 @@ func (in *instance) Write(ctx context.Context, h Handle, records []sink.Record) 
 			if err := in.addDead(c, r.Partition, r.Next, r.Key, r.Value, re); err != nil {
 				return err
 			}
+			c.poisoned = append(c.poisoned, poisonKey(r.Partition, r.Next))
 			continue
 		}
 		rows, err := in.s.mapFn(*r)
@@ -514,6 +520,7 @@ func (in *instance) Commit(ctx context.Context, h Handle) error {
 			if f := in.s.cfg.DeadLettersCommitted; f != nil && c.dead > 0 {
 				f(c.dead)
 			}
+			in.forgetPoison(c.poisoned)
 		}
 	}
 	if err := in.s.step("decided", h); err != nil {
