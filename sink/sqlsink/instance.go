@@ -72,6 +72,11 @@ type checkpoint struct {
 	// decision is taken, kept if it aborts (read again, they are set
 	// aside again rather than refused again).
 	poisoned []string
+	// doomed is the abort (ErrRefusedElsewhere) that PreCommit returns:
+	// a refused record has rows elsewhere in the checkpoint. The
+	// checkpoint goes on being written until then, so that one reading
+	// finds (and remembers) every such record of it, not one poll's.
+	doomed error
 }
 
 // liveBranch is one target's branch of a live transaction. Its fields are
@@ -437,6 +442,9 @@ func (in *instance) PreCommit(ctx context.Context, h Handle, id uint64) (Handle,
 		if err := in.flushTargets(ctx, c, byTarget); err != nil {
 			return Handle{}, err
 		}
+	}
+	if c.doomed != nil {
+		return Handle{}, c.doomed
 	}
 	if err := in.s.step("flushed", c.h); err != nil {
 		return Handle{}, err

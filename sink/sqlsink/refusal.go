@@ -165,8 +165,9 @@ func poisonKey(partition, position string) string { return partition + "\x00" + 
 // flushes (c.refused), once no flush runs: with OnErrorStop the first
 // aborts the checkpoint; with OnErrorDeadLetter a record with a single
 // row is a dead letter now; one with other rows is remembered (poison)
-// and the checkpoint aborts with ErrRefusedElsewhere, so that it is read
-// again and lands whole or not at all.
+// and the checkpoint is doomed: PreCommit aborts it with
+// ErrRefusedElsewhere, so that it is read again and the record lands
+// whole or not at all.
 func (in *instance) settleRefused(c *checkpoint) error {
 	refused := c.refused
 	c.refused = nil
@@ -196,7 +197,16 @@ func (in *instance) settleRefused(c *checkpoint) error {
 		in.mu.Unlock()
 		in.log.Warn("sink: a refused record has other rows in the checkpoint; the checkpoint is read again and the refused records set aside whole",
 			"refused", len(refused), "first", errs[0])
-		return fmt.Errorf("%w: %w", ErrRefusedElsewhere, errs[0])
+		// The checkpoint aborts at PreCommit, not now: the records
+		// still to come are written (and rolled back) so that every
+		// refused record of the checkpoint is remembered by this one
+		// reading. Aborting at the first poll with one cost an abort
+		// per poll holding one, and MaxAborts of them in a
+		// checkpoint stopped the run (TestRefusedSparse).
+		if c.doomed == nil {
+			c.doomed = fmt.Errorf("%w: %w", ErrRefusedElsewhere, errs[0])
+		}
+		return nil
 	}
 	for i, r := range refused {
 		o := r.from.o

@@ -1,0 +1,87 @@
+package sqlsink_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xadb/xa/sink/filesource"
+	"github.com/xadb/xa/sink/sqlsink"
+)
+
+// TestRefusedSparse: a checkpoint whose records a database refuses here
+// and there, each record with a row in the other target too (so that each
+// refusal sets its record aside by reading the checkpoint again), and
+// flushed in many small batches: the refused records are spread over more
+// flushes than MaxAborts. Each is a dead letter once, every good record
+// lands once in both targets, and the run does not stop for "aborts in a
+// row" (review of issue 18, item 2).
+func TestRefusedSparse(t *testing.T) {
+	t.Parallel()
+	for _, tg := range []string{tgMy, tgPg} {
+		t.Run("target="+tg, func(t *testing.T) {
+			t.Parallel()
+			e := newEnvOn(t, tg)
+			e.strictRows(tg)
+			ctx := testCtx(t)
+			other := tgPg
+			if tg == tgPg {
+				other = tgMy
+			}
+			var lines []string
+			var good []int64
+			bad := 0
+			for id := 1; id <= 60; id++ {
+				v := "ok"
+				if id%6 == 0 {
+					v, bad = "much too long", bad+1
+				} else {
+					good = append(good, int64(id))
+				}
+				lines = append(lines, fmt.Sprintf(`{"id": %d, "v": %q, "n": 1}`, id, v))
+			}
+			path := filepath.Join(t.TempDir(), "a.ndjson")
+			if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for i := range e.cfg.Targets {
+				e.cfg.Targets[i].BatchRows = 3
+			}
+			e.cfg.OnError = sqlsink.OnErrorDeadLetter
+			e.cfg.Tables = []sqlsink.Table{
+				{ID: "rows", Target: tg, Name: "strict_rows",
+					Columns: []sqlsink.Column{{Name: "k", From: "$.id"}, {Name: "v", From: "$.v"}, {Name: "n", From: "$.n"}}},
+				{ID: "events", Target: other, Name: "events",
+					Columns: []sqlsink.Column{{Name: "k", From: "$.id"}, {Name: "p", From: "partition"}, {Name: "pos", From: "position"}, {Name: "v", From: "$.v"}}},
+			}
+			src, err := filesource.New(filesource.Config{Files: []string{path}, Batch: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			s := e.open()
+			opts := runOpts()
+			opts.AbortBackoff = 10 * time.Millisecond
+			if err := s.Run(ctx, src, opts); err != nil {
+				t.Fatalf("%d refused records over %d flushes: %v", bad, 60/3, err)
+			}
+			if got := e.keys(tg, "strict_rows"); !slices.Equal(got, good) {
+				t.Fatalf("%s.strict_rows holds %v; want %v", tg, got, good)
+			}
+			if got := e.keys(other, "events"); !slices.Equal(got, good) {
+				t.Fatalf("%s.events holds %v; want %v", other, got, good)
+			}
+			dl, err := sqlsink.ReadDeadLetters(ctx, e.progress(), e.name, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(dl) != bad {
+				t.Fatalf("%d dead letters; want %d", len(dl), bad)
+			}
+		})
+	}
+}
