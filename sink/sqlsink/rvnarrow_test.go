@@ -85,3 +85,50 @@ func TestRefusedSparse(t *testing.T) {
 		})
 	}
 }
+
+// TestDeadLetterLongError: a bad record whose error is longer than the
+// dead-letter table's error column holds (MariaDB's TEXT: 65535 bytes; a
+// *ValueError quotes the value, here a 70,000-digit numeral that is not
+// an integer, for a SMALLINT) is a dead letter like any other: its dead
+// letter's row must not be refused in turn, which would abort every
+// reading of its checkpoint and stop the stream at that record (review of
+// issue 18, item 2). Progress (and dead letters) on MariaDB.
+func TestDeadLetterLongError(t *testing.T) {
+	t.Parallel()
+	e := newEnvOn(t, tgMy)
+	e.strictRows(tgMy)
+	ctx := testCtx(t)
+	lines := []string{`{"id": 1, "v": "one", "n": 1}`,
+		fmt.Sprintf(`{"id": 2, "v": "two", "n": "1.%s"}`, strings.Repeat("5", 70000)),
+		`{"id": 3, "v": "three", "n": 3}`}
+	path := filepath.Join(t.TempDir(), "a.ndjson")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.OnError = sqlsink.OnErrorDeadLetter
+	e.cfg.Tables = []sqlsink.Table{{ID: "rows", Target: tgMy, Name: "strict_rows",
+		Columns: []sqlsink.Column{{Name: "k", From: "$.id"}, {Name: "v", From: "$.v"}, {Name: "n", From: "$.n"}}}}
+	src, err := filesource.New(filesource.Config{Files: []string{path}, MaxLine: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	s := e.open()
+	opts := runOpts()
+	opts.AbortBackoff = 10 * time.Millisecond
+	opts.MaxAborts = 3
+	if err := s.Run(ctx, src, opts); err != nil {
+		t.Fatalf("a bad record with a long error: %.600v", err)
+	}
+	if got, want := e.keys(tgMy, "strict_rows"), []int64{1, 3}; !slices.Equal(got, want) {
+		t.Fatalf("strict_rows holds %v; want %v", got, want)
+	}
+	dl, err := sqlsink.ReadDeadLetters(ctx, e.progress(), e.name, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dl) != 1 || !strings.Contains(string(dl[0].Value), `"id": 2`) || !strings.Contains(dl[0].Error, "not an integer") {
+		t.Fatalf("dead letters %d; want record 2's, naming its reason", len(dl))
+	}
+	t.Logf("dead letter's error: %d bytes: %.200s", len(dl[0].Error), dl[0].Error)
+}
