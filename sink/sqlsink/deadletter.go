@@ -70,7 +70,7 @@ func (in *instance) deadLetter(c *checkpoint, r *sink.Record, err *MappingError)
 // letter's error column holds the reason: a mapping's error, or the whole
 // refusal (record, table, column and the server's message).
 func (in *instance) addDead(c *checkpoint, partition, position string, key, value []byte, err error) error {
-	if c.dead >= in.s.cfg.MaxDeadLetters {
+	if c.dead+c.setAside >= in.s.cfg.MaxDeadLetters {
 		return fmt.Errorf("%w: more than %d (MaxDeadLetters, on_error: dead_letter) in checkpoint %d; the last: %w",
 			ErrTooManyDeadLetters, in.s.cfg.MaxDeadLetters, c.h.Checkpoint, err)
 	}

@@ -77,6 +77,10 @@ type checkpoint struct {
 	// checkpoint goes on being written until then, so that one reading
 	// finds (and remembers) every such record of it, not one poll's.
 	doomed error
+	// setAside counts the records this checkpoint remembered as refused
+	// (dead letters when it is read again): they count towards
+	// MaxDeadLetters as its dead letters do.
+	setAside int
 }
 
 // liveBranch is one target's branch of a live transaction. Its fields are

@@ -192,7 +192,11 @@ func (in *instance) settleRefused(c *checkpoint) error {
 			in.poison = map[string]error{}
 		}
 		for i, r := range refused {
-			in.poison[poisonKey(r.from.o.partition, r.from.o.position)] = errs[i]
+			k := poisonKey(r.from.o.partition, r.from.o.position)
+			if in.poison[k] == nil {
+				c.setAside++ // a record refused in two tables counts once
+			}
+			in.poison[k] = errs[i]
 		}
 		in.mu.Unlock()
 		in.log.Warn("sink: a refused record has other rows in the checkpoint; the checkpoint is read again and the refused records set aside whole",
@@ -205,6 +209,12 @@ func (in *instance) settleRefused(c *checkpoint) error {
 		// checkpoint stopped the run (TestRefusedSparse).
 		if c.doomed == nil {
 			c.doomed = fmt.Errorf("%w: %w", ErrRefusedElsewhere, errs[0])
+		}
+		// Read again, they are dead letters: a systematic refusal
+		// stops here rather than narrow every batch to its end.
+		if n := c.dead + c.setAside; n > in.s.cfg.MaxDeadLetters {
+			return fmt.Errorf("%w: more than %d (MaxDeadLetters, on_error: dead_letter) in checkpoint %d; the last: %w",
+				ErrTooManyDeadLetters, in.s.cfg.MaxDeadLetters, c.h.Checkpoint, errs[len(errs)-1])
 		}
 		return nil
 	}
@@ -253,7 +263,7 @@ func (in *instance) refusalLimit(c *checkpoint) int {
 	if in.s.cfg.OnError != OnErrorDeadLetter {
 		return 1
 	}
-	return max(1, in.s.cfg.MaxDeadLetters-c.dead+1)
+	return max(1, in.s.cfg.MaxDeadLetters-c.dead-c.setAside+1)
 }
 
 // quoted names in servers' messages: 'v', `v` or `db`.`t`.`v`.

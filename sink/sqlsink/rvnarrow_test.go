@@ -1,6 +1,7 @@
 package sqlsink_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -82,6 +83,29 @@ func TestRefusedSparse(t *testing.T) {
 			if len(dl) != bad {
 				t.Fatalf("%d dead letters; want %d", len(dl), bad)
 			}
+
+			// The records set aside count towards MaxDeadLetters: with 5,
+			// the first reading stops with ErrTooManyDeadLetters.
+			e.cfg.MaxDeadLetters = 5
+			e.cfg.Name = e.name + "x"
+			e.cfg.Tables[0].Name, e.cfg.Tables[1].Name = "strict_rows", "events"
+			if err := sqlsink.Setup(ctx, e.progress()); err != nil {
+				t.Fatal(err)
+			}
+			src2, err := filesource.New(filesource.Config{Files: []string{path}, Batch: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src2.Close()
+			s2 := e.open()
+			if _, err := s2.Bind(ctx); err != nil {
+				t.Fatal(err)
+			}
+			err = s2.Run(ctx, src2, opts)
+			if !errors.Is(err, sqlsink.ErrTooManyDeadLetters) {
+				t.Fatalf("MaxDeadLetters 5, %d refused: %v; want ErrTooManyDeadLetters", bad, err)
+			}
+			t.Logf("MaxDeadLetters 5: %.300v", err)
 		})
 	}
 }
