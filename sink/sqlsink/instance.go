@@ -309,11 +309,22 @@ func (in *instance) Write(ctx context.Context, h Handle, records []sink.Record) 
 	return in.flushFull(ctx, c)
 }
 
-// flushFull flushes the full buffers, the targets in parallel.
+// flushFull flushes the full buffers, the targets in parallel, and with
+// each the buffers of its target's tables listed before it (Config.Tables):
+// their rows came first and may be what its rows' foreign keys reference.
 func (in *instance) flushFull(ctx context.Context, c *checkpoint) error {
-	byTarget := map[string][]string{}
+	last := map[string]int{} // by target: the last full table's place
 	for id, buf := range c.bufs {
 		if tb := in.s.tables[id]; buf.full(tb) {
+			if o, ok := last[tb.Target]; !ok || in.s.order[id] > o {
+				last[tb.Target] = in.s.order[id]
+			}
+		}
+	}
+	byTarget := map[string][]string{}
+	for id, buf := range c.bufs {
+		tb := in.s.tables[id]
+		if o, ok := last[tb.Target]; ok && len(buf.rows) > 0 && in.s.order[id] <= o {
 			byTarget[tb.Target] = append(byTarget[tb.Target], id)
 		}
 	}
@@ -321,14 +332,14 @@ func (in *instance) flushFull(ctx context.Context, c *checkpoint) error {
 }
 
 // flushTargets flushes the given tables' buffers: the targets in parallel,
-// each target's tables in order on its branch.
+// each target's tables in their Config.Tables order on its branch.
 func (in *instance) flushTargets(ctx context.Context, c *checkpoint, byTarget map[string][]string) error {
 	if len(byTarget) == 0 {
 		return nil
 	}
 	err := parallel(slices.Sorted(maps.Keys(byTarget)), func(tg string) error {
 		ids := byTarget[tg]
-		slices.Sort(ids)
+		slices.SortFunc(ids, func(a, b string) int { return in.s.order[a] - in.s.order[b] })
 		for _, id := range ids {
 			if err := in.flush(ctx, c, in.s.tables[id], c.bufs[id]); err != nil {
 				return err
