@@ -395,20 +395,22 @@ func (in *instance) flush(ctx context.Context, c *checkpoint, tb *table, buf *bu
 	// A key is in the buffer once (buffer.add): its deletes and its rows
 	// may go in either order.
 	rows, keys := buf.split(tb)
-	if len(keys) > 0 {
-		if err := lb.w.delete(ctx, tb, keys); err != nil {
-			return err
+	// A refused batch (of rows, or of deletes by key) is narrowed to its
+	// refused rows, which settleRefused handles once every flush is done.
+	for _, del := range []bool{true, false} {
+		todo := rows
+		if del {
+			todo = keys
 		}
-	}
-	if len(rows) > 0 {
-		// A refused batch is narrowed to its refused rows, which
-		// settleRefused handles once every flush is done.
-		bad, why, err := putRows(ctx, lb.w, tb, rows, in.refusalLimit(c))
+		if len(todo) == 0 {
+			continue
+		}
+		bad, why, err := putRows(ctx, lb.w, tb, todo, in.refusalLimit(c), del)
 		if err != nil {
 			return err
 		}
 		if len(bad) > 0 {
-			from := buf.origins()
+			from := buf.origins(del)
 			c.mu.Lock()
 			for i, j := range bad {
 				c.refused = append(c.refused, refusedRow{tb: tb, from: from[j], why: why[i]})

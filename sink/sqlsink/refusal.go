@@ -106,7 +106,11 @@ type rowGuard interface {
 // found limit refused rows (the rest is then not all written: the caller
 // aborts). The rows not refused are written once each, in their order.
 // Errors other than refusals end it.
-func putRows(ctx context.Context, w rowWriter, tb *table, rows [][]any, limit int) ([]int, []*batchRefused, error) {
+//
+// With del, rows are the keys of deletes by key (rowWriter.delete), which
+// are narrowed alike: a delete can be refused too (a row still referenced
+// by a foreign key).
+func putRows(ctx context.Context, w rowWriter, tb *table, rows [][]any, limit int, del bool) ([]int, []*batchRefused, error) {
 	var bad []int
 	var why []*batchRefused
 	var put func(lo, hi int) error
@@ -115,7 +119,12 @@ func putRows(ctx context.Context, w rowWriter, tb *table, rows [][]any, limit in
 			if err := w.guard(ctx); err != nil {
 				return err
 			}
-			err := w.write(ctx, tb, rows[lo:hi])
+			var err error
+			if del {
+				err = w.delete(ctx, tb, rows[lo:hi])
+			} else {
+				err = w.write(ctx, tb, rows[lo:hi])
+			}
 			if err == nil {
 				return nil
 			}
