@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/xadb/xa/sink"
 )
@@ -68,7 +70,7 @@ func (in *instance) deadLetter(c *checkpoint, r *sink.Record, err *MappingError)
 // letter's error column holds the reason: a mapping's error, or the whole
 // refusal (record, table, column and the server's message).
 func (in *instance) addDead(c *checkpoint, partition, position string, key, value []byte, err error) error {
-	if c.dead >= in.s.cfg.MaxDeadLetters {
+	if c.dead+c.setAside >= in.s.cfg.MaxDeadLetters {
 		return fmt.Errorf("%w: more than %d (MaxDeadLetters, on_error: dead_letter) in checkpoint %d; the last: %w",
 			ErrTooManyDeadLetters, in.s.cfg.MaxDeadLetters, c.h.Checkpoint, err)
 	}
@@ -85,9 +87,35 @@ func (in *instance) addDead(c *checkpoint, partition, position string, key, valu
 		reason = me.Err
 	}
 	buf.add(tb, []any{in.s.cfg.Name, int64(c.h.Incarnation), int64(c.h.Checkpoint), int64(c.dead), partition, position,
-		bytesOrNil(key), bytesOrNil(value), reason.Error(), time.Now().UTC()}, false, nil)
+		bytesOrNil(key), bytesOrNil(value), deadError(reason.Error()), time.Now().UTC()}, false, nil)
 	in.log.Warn("sink: a bad record goes to the dead-letter table", "partition", partition, "position", position, "err", reason)
 	return nil
+}
+
+// maxDeadError bounds a dead letter's error text, in bytes: MariaDB's
+// TEXT column holds 65535, and an error may quote the record's value
+// whole (a *ValueError, PostgreSQL's "invalid input syntax ... "). A
+// longer text would have the dead letter's own row refused, which aborts
+// every reading of its checkpoint (TestDeadLetterLongError); the value is
+// in record_value anyway.
+const maxDeadError = 16 << 10
+
+// deadError returns msg as the error column holds it: valid UTF-8, at
+// most maxDeadError bytes; a longer one keeps its head and its tail (the
+// reason often follows the quoted value) around a note of the cut.
+func deadError(msg string) string {
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
+	if len(msg) <= maxDeadError {
+		return msg
+	}
+	head, tail := maxDeadError/2, len(msg)-maxDeadError/4
+	for head > 0 && !utf8.RuneStart(msg[head]) {
+		head--
+	}
+	for tail < len(msg) && !utf8.RuneStart(msg[tail]) {
+		tail++
+	}
+	return fmt.Sprintf("%s ... (%d bytes cut) ... %s", msg[:head], tail-head, msg[tail:])
 }
 
 func bytesOrNil(b []byte) any {

@@ -72,6 +72,15 @@ type checkpoint struct {
 	// decision is taken, kept if it aborts (read again, they are set
 	// aside again rather than refused again).
 	poisoned []string
+	// doomed is the abort (ErrRefusedElsewhere) that PreCommit returns:
+	// a refused record has rows elsewhere in the checkpoint. The
+	// checkpoint goes on being written until then, so that one reading
+	// finds (and remembers) every such record of it, not one poll's.
+	doomed error
+	// setAside counts the records this checkpoint remembered as refused
+	// (dead letters when it is read again): they count towards
+	// MaxDeadLetters as its dead letters do.
+	setAside int
 }
 
 // liveBranch is one target's branch of a live transaction. Its fields are
@@ -300,11 +309,22 @@ func (in *instance) Write(ctx context.Context, h Handle, records []sink.Record) 
 	return in.flushFull(ctx, c)
 }
 
-// flushFull flushes the full buffers, the targets in parallel.
+// flushFull flushes the full buffers, the targets in parallel, and with
+// each the buffers of its target's tables listed before it (Config.Tables):
+// their rows came first and may be what its rows' foreign keys reference.
 func (in *instance) flushFull(ctx context.Context, c *checkpoint) error {
-	byTarget := map[string][]string{}
+	last := map[string]int{} // by target: the last full table's place
 	for id, buf := range c.bufs {
 		if tb := in.s.tables[id]; buf.full(tb) {
+			if o, ok := last[tb.Target]; !ok || in.s.order[id] > o {
+				last[tb.Target] = in.s.order[id]
+			}
+		}
+	}
+	byTarget := map[string][]string{}
+	for id, buf := range c.bufs {
+		tb := in.s.tables[id]
+		if o, ok := last[tb.Target]; ok && len(buf.rows) > 0 && in.s.order[id] <= o {
 			byTarget[tb.Target] = append(byTarget[tb.Target], id)
 		}
 	}
@@ -312,14 +332,14 @@ func (in *instance) flushFull(ctx context.Context, c *checkpoint) error {
 }
 
 // flushTargets flushes the given tables' buffers: the targets in parallel,
-// each target's tables in order on its branch.
+// each target's tables in their Config.Tables order on its branch.
 func (in *instance) flushTargets(ctx context.Context, c *checkpoint, byTarget map[string][]string) error {
 	if len(byTarget) == 0 {
 		return nil
 	}
 	err := parallel(slices.Sorted(maps.Keys(byTarget)), func(tg string) error {
 		ids := byTarget[tg]
-		slices.Sort(ids)
+		slices.SortFunc(ids, func(a, b string) int { return in.s.order[a] - in.s.order[b] })
 		for _, id := range ids {
 			if err := in.flush(ctx, c, in.s.tables[id], c.bufs[id]); err != nil {
 				return err
@@ -375,20 +395,22 @@ func (in *instance) flush(ctx context.Context, c *checkpoint, tb *table, buf *bu
 	// A key is in the buffer once (buffer.add): its deletes and its rows
 	// may go in either order.
 	rows, keys := buf.split(tb)
-	if len(keys) > 0 {
-		if err := lb.w.delete(ctx, tb, keys); err != nil {
-			return err
+	// A refused batch (of rows, or of deletes by key) is narrowed to its
+	// refused rows, which settleRefused handles once every flush is done.
+	for _, del := range []bool{true, false} {
+		todo := rows
+		if del {
+			todo = keys
 		}
-	}
-	if len(rows) > 0 {
-		// A refused batch is narrowed to its refused rows, which
-		// settleRefused handles once every flush is done.
-		bad, why, err := putRows(ctx, lb.w, tb, rows, in.refusalLimit(c))
+		if len(todo) == 0 {
+			continue
+		}
+		bad, why, err := putRows(ctx, lb.w, tb, todo, in.refusalLimit(c), del)
 		if err != nil {
 			return err
 		}
 		if len(bad) > 0 {
-			from := buf.origins()
+			from := buf.origins(del)
 			c.mu.Lock()
 			for i, j := range bad {
 				c.refused = append(c.refused, refusedRow{tb: tb, from: from[j], why: why[i]})
@@ -437,6 +459,9 @@ func (in *instance) PreCommit(ctx context.Context, h Handle, id uint64) (Handle,
 		if err := in.flushTargets(ctx, c, byTarget); err != nil {
 			return Handle{}, err
 		}
+	}
+	if c.doomed != nil {
+		return Handle{}, c.doomed
 	}
 	if err := in.s.step("flushed", c.h); err != nil {
 		return Handle{}, err

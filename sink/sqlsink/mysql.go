@@ -145,6 +145,7 @@ func (w *myWriter) delete(ctx context.Context, tb *table, keys [][]any) error {
 	if len(tb.Key) > 1 {
 		tuple = "(" + strings.TrimSuffix(strings.Repeat("?,", len(tb.Key)), ",") + ")"
 	}
+	done := 0 // keys deleted by the earlier statements
 	return deleteChunks(tb, keys, func(keys [][]any) error {
 		var sb strings.Builder
 		sb.WriteString(tb.sql.del)
@@ -166,8 +167,13 @@ func (w *myWriter) delete(ctx context.Context, tb *table, keys [][]any) error {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("sink: deleting %d rows by key from %s on %s: %w", len(keys), tb.Name, tb.Target, err)
+			err = fmt.Errorf("sink: deleting %d rows by key from %s on %s: %w", len(keys), tb.Name, tb.Target, err)
+			if r, ok := myRefusal(err, tb.Upsert); ok {
+				return &batchRefused{done: done, n: len(keys), refusal: r, err: err}
+			}
+			return err
 		}
+		done += len(keys)
 		return nil
 	})
 }

@@ -208,7 +208,12 @@ func (w *pgWriter) delete(ctx context.Context, tb *table, keys [][]any) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("sink: deleting %d rows by key from %s on %s: %w", len(keys), tb.Name, tb.Target, err)
+		err = fmt.Errorf("sink: deleting %d rows by key from %s on %s: %w", len(keys), tb.Name, tb.Target, err)
+		if r, ok := pgRefusal(err, tb, nil); ok {
+			// The pipeline failed the transaction: undo undoes all of it.
+			return &batchRefused{n: len(keys), refusal: r, err: err}
+		}
+		return err
 	}
 	return nil
 }

@@ -106,7 +106,11 @@ type rowGuard interface {
 // found limit refused rows (the rest is then not all written: the caller
 // aborts). The rows not refused are written once each, in their order.
 // Errors other than refusals end it.
-func putRows(ctx context.Context, w rowWriter, tb *table, rows [][]any, limit int) ([]int, []*batchRefused, error) {
+//
+// With del, rows are the keys of deletes by key (rowWriter.delete), which
+// are narrowed alike: a delete can be refused too (a row still referenced
+// by a foreign key).
+func putRows(ctx context.Context, w rowWriter, tb *table, rows [][]any, limit int, del bool) ([]int, []*batchRefused, error) {
 	var bad []int
 	var why []*batchRefused
 	var put func(lo, hi int) error
@@ -115,7 +119,12 @@ func putRows(ctx context.Context, w rowWriter, tb *table, rows [][]any, limit in
 			if err := w.guard(ctx); err != nil {
 				return err
 			}
-			err := w.write(ctx, tb, rows[lo:hi])
+			var err error
+			if del {
+				err = w.delete(ctx, tb, rows[lo:hi])
+			} else {
+				err = w.write(ctx, tb, rows[lo:hi])
+			}
 			if err == nil {
 				return nil
 			}
@@ -165,8 +174,9 @@ func poisonKey(partition, position string) string { return partition + "\x00" + 
 // flushes (c.refused), once no flush runs: with OnErrorStop the first
 // aborts the checkpoint; with OnErrorDeadLetter a record with a single
 // row is a dead letter now; one with other rows is remembered (poison)
-// and the checkpoint aborts with ErrRefusedElsewhere, so that it is read
-// again and lands whole or not at all.
+// and the checkpoint is doomed: PreCommit aborts it with
+// ErrRefusedElsewhere, so that it is read again and the record lands
+// whole or not at all.
 func (in *instance) settleRefused(c *checkpoint) error {
 	refused := c.refused
 	c.refused = nil
@@ -191,12 +201,31 @@ func (in *instance) settleRefused(c *checkpoint) error {
 			in.poison = map[string]error{}
 		}
 		for i, r := range refused {
-			in.poison[poisonKey(r.from.o.partition, r.from.o.position)] = errs[i]
+			k := poisonKey(r.from.o.partition, r.from.o.position)
+			if in.poison[k] == nil {
+				c.setAside++ // a record refused in two tables counts once
+			}
+			in.poison[k] = errs[i]
 		}
 		in.mu.Unlock()
 		in.log.Warn("sink: a refused record has other rows in the checkpoint; the checkpoint is read again and the refused records set aside whole",
 			"refused", len(refused), "first", errs[0])
-		return fmt.Errorf("%w: %w", ErrRefusedElsewhere, errs[0])
+		// The checkpoint aborts at PreCommit, not now: the records
+		// still to come are written (and rolled back) so that every
+		// refused record of the checkpoint is remembered by this one
+		// reading. Aborting at the first poll with one cost an abort
+		// per poll holding one, and MaxAborts of them in a
+		// checkpoint stopped the run (TestRefusedSparse).
+		if c.doomed == nil {
+			c.doomed = fmt.Errorf("%w: %w", ErrRefusedElsewhere, errs[0])
+		}
+		// Read again, they are dead letters: a systematic refusal
+		// stops here rather than narrow every batch to its end.
+		if n := c.dead + c.setAside; n > in.s.cfg.MaxDeadLetters {
+			return fmt.Errorf("%w: more than %d (MaxDeadLetters, on_error: dead_letter) in checkpoint %d; the last: %w",
+				ErrTooManyDeadLetters, in.s.cfg.MaxDeadLetters, c.h.Checkpoint, errs[len(errs)-1])
+		}
+		return nil
 	}
 	for i, r := range refused {
 		o := r.from.o
@@ -243,7 +272,7 @@ func (in *instance) refusalLimit(c *checkpoint) int {
 	if in.s.cfg.OnError != OnErrorDeadLetter {
 		return 1
 	}
-	return max(1, in.s.cfg.MaxDeadLetters-c.dead+1)
+	return max(1, in.s.cfg.MaxDeadLetters-c.dead-c.setAside+1)
 }
 
 // quoted names in servers' messages: 'v', `v` or `db`.`t`.`v`.

@@ -39,6 +39,15 @@ func TestRefusalClasses(t *testing.T) {
 		{my(1054, "Unknown column 'v' in 'field list'"), false, false, "", ""},
 		{my(1213, "Deadlock found when trying to get lock"), false, false, "", ""},
 		{errors.New("driver: bad connection"), false, false, "", ""},
+		// Contention and outages are never the record's fault (a good
+		// record must not become a dead letter because the server was
+		// busy or down): review of issue 18, item 2.
+		{my(1205, "Lock wait timeout exceeded; try restarting transaction"), false, false, "", ""},
+		{my(1053, "Server shutdown in progress"), false, false, "", ""},
+		{my(1927, "Connection was killed"), false, false, "", ""},
+		{my(1317, "Query execution was interrupted"), false, false, "", ""},
+		{my(1969, "Query execution was interrupted (max_statement_time exceeded)"), false, false, "", ""},
+		{fmt.Errorf("sink: writing 3 rows: %w", gomysql.ErrInvalidConn), false, false, "", ""},
 	} {
 		tt := tb
 		if c.upsert {
@@ -69,6 +78,12 @@ func TestRefusalClasses(t *testing.T) {
 		{pg("42703", "", "", ""), false, false, "", ""},
 		{pg("40001", "", "", ""), false, false, "", ""},
 		{pg("57014", "", "", ""), false, false, "", ""},
+		{pg("40P01", "", "", ""), false, false, "", ""},
+		{pg("55P03", "", "", ""), false, false, "", ""},
+		{pg("57P01", "", "", ""), false, false, "", ""},
+		{pg("08006", "", "", ""), false, false, "", ""},
+		{pg("25P02", "", "", ""), false, false, "", ""},
+		{pg("53100", "", "", ""), false, false, "", ""},
 		{fmt.Errorf("sink: upserting: error preprocessing batch (build): failed to encode args[5]: unable to encode 100000 into binary format for int2 (OID 21)"), true, true, "n", ""},
 		{errors.New("conn closed"), false, false, "", ""},
 		{nil, false, false, "", ""},

@@ -75,11 +75,16 @@ type Config struct {
 // Each Run and each External is an instance of its own (an incarnation,
 // or a member and generation). A Sink is safe for concurrent use.
 type Sink struct {
-	cfg      Config
-	log      *slog.Logger
-	targets  map[string]*target
-	names    []string // target names, sorted
-	tables   map[string]*table
+	cfg     Config
+	log     *slog.Logger
+	targets map[string]*target
+	names   []string // target names, sorted
+	tables  map[string]*table
+	// order is each table's place in Config.Tables (the dead letters'
+	// last): a target's tables are flushed in that order, so that a
+	// table listed before another may hold the rows its foreign keys
+	// reference.
+	order    map[string]int
 	mapFn    MapFunc
 	progress string // the progress target's name
 	// books is the progress target's store: the protocol's bookkeeping.
@@ -164,6 +169,10 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 			return nil, fmt.Errorf("%w: table id %s twice", sink.ErrConfig, tb.id())
 		}
 		s.tables[tb.id()] = &table{Table: tb}
+		if s.order == nil {
+			s.order = map[string]int{}
+		}
+		s.order[tb.id()] = len(s.order)
 	}
 	if len(cfg.Tables) == 0 {
 		return nil, fmt.Errorf("%w: sink %s has no tables", sink.ErrConfig, cfg.Name)
@@ -176,6 +185,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		// The dead letters go to the progress target, in the checkpoint's
 		// branch there: exactly once, like any row.
 		s.tables[deadTableID] = &table{Table: Table{ID: deadTableID, Target: cfg.Progress, Name: DeadLetterTable, Columns: deadColumns}}
+		s.order[deadTableID] = len(s.order)
 	default:
 		return nil, fmt.Errorf("%w: OnError %q: want %q or %q", sink.ErrConfig, cfg.OnError, OnErrorStop, OnErrorDeadLetter)
 	}

@@ -106,14 +106,15 @@ func (b *buffer) split(t *table) (rows, keys [][]any) {
 	return rows, keys
 }
 
-// origins returns the origins of the rows split returns, in their order.
-func (b *buffer) origins() []rowFrom {
-	if len(b.dels) == 0 {
+// origins returns the origins of the rows (del: of the keys) split
+// returns, in their order.
+func (b *buffer) origins(del bool) []rowFrom {
+	if len(b.dels) == 0 && !del {
 		return b.from
 	}
 	var out []rowFrom
 	for i, f := range b.from {
-		if !b.dels[i] {
+		if b.dels[i] == del {
 			out = append(out, f)
 		}
 	}
