@@ -909,6 +909,7 @@ func (in *instance) Release(ctx context.Context, partitions []string) error {
 	for _, p := range partitions {
 		delete(in.epochs, p)
 	}
+	in.forgetPoisonOf(partitions)
 	return nil
 }
 
@@ -939,6 +940,7 @@ func (in *instance) Rewind(ctx context.Context, partitions []string) (map[string
 		}
 		pos[p] = r.Position
 	}
+	in.forgetPoisonOf(lost)
 	return pos, lost, nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 )
 
 // RefusedError is a record's row that its database refused for its data:
@@ -250,6 +252,22 @@ func (in *instance) poisoned(partition, position string) error {
 		return nil
 	}
 	return in.poison[poisonKey(partition, position)]
+}
+
+// forgetPoisonOf forgets the remembered refusals of the records of
+// partitions, which this instance no longer holds (released or lost): the
+// instance that takes a partition over finds its refused records again,
+// and one that takes it back tries them again. The caller holds in.mu.
+func (in *instance) forgetPoisonOf(partitions []string) {
+	if len(in.poison) == 0 || len(partitions) == 0 {
+		return
+	}
+	for k := range in.poison {
+		part, _, _ := strings.Cut(k, "\x00")
+		if slices.Contains(partitions, part) {
+			delete(in.poison, k)
+		}
+	}
 }
 
 // forgetPoison forgets the remembered refusals of keys: their records'
