@@ -205,6 +205,8 @@ func viewEntry(e filelog.Entry) entryView {
 		v.Detail = map[string]string{"participant": e.RM}
 	case filelog.RecordLink:
 		v.Detail = map[string]string{"previous_segment": fmt.Sprint(e.Link.Segment), "previous_size": fmt.Sprint(e.Link.Size)}
+	case filelog.RecordSynced:
+		v.Detail = map[string]string{"synced_to": fmt.Sprint(e.Synced)}
 	}
 	return v
 }
@@ -236,6 +238,8 @@ func (v entryView) detailText() string {
 		return "heuristic records on " + d["participant"]
 	case "link":
 		return fmt.Sprintf("segment %s ends at byte %s", d["previous_segment"], d["previous_size"])
+	case "synced":
+		return fmt.Sprintf("every byte before offset %s had been synced", d["synced_to"])
 	}
 	return ""
 }
@@ -246,7 +250,7 @@ type dumpView struct {
 }
 
 func newLogDump(g *globals) *cobra.Command {
-	var live bool
+	var live, marks bool
 	cmd := &cobra.Command{
 		Use:   "dump",
 		Short: "Print the decision log's records",
@@ -255,7 +259,10 @@ func newLogDump(g *globals) *cobra.Command {
 why), delegations (participants whose decision tables may hold this log's
 decisions), heuristic outcomes (manual resolutions, by participant and
 XID), and the records that forget or clear them. LIVE marks what is still
-in force, by the replay the log itself runs. --live prints only those.`,
+in force, by the replay the log itself runs. --live prints only those.
+--marks also prints the sync marks (each says up to which byte of its
+segment everything had been synced when it was written; they tell a torn
+tail from lost data and hold no decision).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.loadConfig(config.Need{Log: true})
@@ -268,7 +275,7 @@ in force, by the replay the log itself runs. --live prints only those.`,
 			}
 			v := dumpView{Records: []entryView{}}
 			dumpErr := filelog.Dump(dir, func(e filelog.Entry) error {
-				if !live || e.Live {
+				if (!live || e.Live) && (marks || e.Type != filelog.RecordSynced) {
 					v.Records = append(v.Records, viewEntry(e))
 				}
 				return nil
@@ -308,6 +315,7 @@ in force, by the replay the log itself runs. --live prints only those.`,
 		},
 	}
 	cmd.Flags().BoolVar(&live, "live", false, "only records still in force")
+	cmd.Flags().BoolVar(&marks, "marks", false, "also the sync marks")
 	return cmd
 }
 
@@ -373,7 +381,7 @@ found.`,
 			v := verifyView{
 				Dir: rep.Dir, Identity: viewIdentity(rep.Identity), InUse: rep.InUse, Segments: len(rep.Segments),
 				Records: map[string]int{"commit": rc.Commit, "forget": rc.Forget, "heuristic": rc.Heuristic, "clear": rc.Clear,
-					"abort": rc.Abort, "forget-abort": rc.ForgetAbort, "delegation": rc.Delegation, "participant": rc.Participant, "link": rc.Link},
+					"abort": rc.Abort, "forget-abort": rc.ForgetAbort, "delegation": rc.Delegation, "participant": rc.Participant, "link": rc.Link, "synced": rc.Synced},
 				LiveCommits: rep.LiveCommits, LiveAborts: rep.LiveAborts, Delegations: rep.Delegations, LiveHeuristics: rep.LiveHeuristics,
 				Corruption: []string{}, OK: len(rep.Corruption) == 0,
 			}
@@ -386,8 +394,8 @@ found.`,
 			err = g.out.result(v, func(w io.Writer) {
 				fmt.Fprintf(w, "decision log in %s\n", v.Dir)
 				fmt.Fprintf(w, "identity: %s\n", v.Identity.text())
-				fmt.Fprintf(w, "%s; records: %d commit, %d forget, %d heuristic, %d clear, %d abort, %d forget-abort, %d delegation, %d participant, %d link\n",
-					plural(v.Segments, "segment"), rc.Commit, rc.Forget, rc.Heuristic, rc.Clear, rc.Abort, rc.ForgetAbort, rc.Delegation, rc.Participant, rc.Link)
+				fmt.Fprintf(w, "%s; records: %d commit, %d forget, %d heuristic, %d clear, %d abort, %d forget-abort, %d delegation, %d participant, %d link, %d synced\n",
+					plural(v.Segments, "segment"), rc.Commit, rc.Forget, rc.Heuristic, rc.Clear, rc.Abort, rc.ForgetAbort, rc.Delegation, rc.Participant, rc.Link, rc.Synced)
 				fmt.Fprintf(w, "live: %d commit, %d abort, %d heuristic, %d delegation\n", v.LiveCommits, v.LiveAborts, v.LiveHeuristics, v.Delegations)
 				if v.InUse {
 					fmt.Fprintln(w, "note: a transaction manager has the log open; a torn tail may be a write in progress")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +145,15 @@ func TestLogHealthy(t *testing.T) {
 	if d.Records[0].Detail["id"] != ident.ID.String() {
 		t.Errorf("log dump's identity entry: %+v", d.Records[0])
 	}
+	// --marks adds the sync marks; the last, written by Close, covers
+	// everything before it.
+	r = xactl(t, "--config", cfg, "log", "dump", "--marks", "-o", "json").want(t, 0)
+	var dm dumpJSON
+	r.json(t, &dm)
+	if n := len(dm.Records); n <= len(want) || dm.Records[n-1].Type != "synced" ||
+		dm.Records[n-1].Detail["synced_to"] != strconv.FormatInt(dm.Records[n-1].Offset, 10) {
+		t.Errorf("log dump --marks: %+v; want the records and sync marks, the last covering all before it", dm.Records)
+	}
 	if br := d.Records[2].Branches; len(br) != 2 || !strings.Contains(br[0], myName+" "+b.Branches[0].XID.String()) {
 		t.Errorf("commit record branches shown as %q", br)
 	}
@@ -182,7 +192,13 @@ func TestLogHealthy(t *testing.T) {
 func lastRecord(t *testing.T, dir string) (path string, off int64, size int) {
 	t.Helper()
 	var last filelog.Entry
-	if err := filelog.Dump(dir, func(e filelog.Entry) error { last = e; return nil }); err != nil {
+	err := filelog.Dump(dir, func(e filelog.Entry) error {
+		if e.Type != filelog.RecordSynced {
+			last = e
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if last.Size == 0 {
@@ -273,7 +289,7 @@ func TestLogCorrupt(t *testing.T) {
 	e.logCommit(recs...)
 	var first filelog.Entry
 	err := filelog.Dump(e.logDir, func(en filelog.Entry) error {
-		if first.Size == 0 && en.Type != filelog.RecordIdentity {
+		if first.Size == 0 && en.Type != filelog.RecordIdentity && en.Type != filelog.RecordSynced {
 			first = en
 		}
 		return nil

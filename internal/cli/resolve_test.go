@@ -26,6 +26,7 @@ type dumpJSON struct {
 		Branches []string          `json:"branches"`
 		Detail   map[string]string `json:"detail"`
 		Live     bool              `json:"live"`
+		Offset   int64             `json:"offset"`
 	} `json:"records"`
 	Error string `json:"error"`
 }

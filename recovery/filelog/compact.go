@@ -27,6 +27,7 @@ func (l *Log) rotate() error {
 	}
 	l.closeSlots()
 	l.active, l.activeNum, l.activeSize, l.allocated = f, next, start, start
+	l.activeVersion, l.durable, l.marked = formatVersion, start, start
 	l.writes, l.syncedWrites = 0, 0
 	if err := l.openSlots(); err != nil {
 		return err

@@ -78,6 +78,17 @@ func TestCorruption(t *testing.T) {
 			reason: "checksum mismatch, but a valid record follows",
 		},
 		{
+			name: "the last decision of a closed log damaged",
+			damage: func(t *testing.T, segs []string) (string, int64) {
+				last := segs[len(segs)-1]
+				offs, _ := frames(t, last)
+				k := offs[len(offs)-2] // before the sync mark Close wrote
+				rewrite(t, last, func(b []byte) []byte { b[k+frameHeader+3] ^= 0x40; return b })
+				return last, int64(k)
+			},
+			reason: "the disk lost data it had acknowledged",
+		},
+		{
 			name: "length of a middle record changed",
 			damage: func(t *testing.T, segs []string) (string, int64) {
 				last := segs[len(segs)-1]
@@ -298,6 +309,18 @@ func TestTornTail(t *testing.T) {
 			b = append(b, make([]byte, 100)...)
 			return append(b, appendFrame(nil, RecordForget, []byte(gid(1).String()))[:20]...)
 		}, 0},
+		// The kernel wrote a later unsynced page back and not an earlier
+		// one: a whole record after the lost one, never acknowledged
+		// (no sync mark says the lost bytes were synced).
+		{"a record that reached the disk after one that did not", func(b []byte, offs []int) []byte {
+			b = append(b, make([]byte, 100)...)
+			return appendFrame(b, RecordCommit, mustMarshal(t, commitRec(gid(999), 2)))
+		}, 0},
+		{"the last record lost, a later one on disk", func(b []byte, offs []int) []byte {
+			b = append(b[:offs[len(offs)-1]], make([]byte, len(b)-offs[len(offs)-1])...)
+			b = appendFrame(b, RecordSynced, encodeSynced(int64(offs[len(offs)-1])))
+			return appendFrame(b, RecordCommit, mustMarshal(t, commitRec(gid(999), 2)))
+		}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -306,6 +329,15 @@ func TestTornTail(t *testing.T) {
 			recs := buildLog(t, dir, 40)
 			segs := segFiles(t, dir)
 			last := segs[len(segs)-1]
+			// As a crash would leave it: without the sync mark Close
+			// writes, which says that the records before it are sound.
+			offs, _ := frames(t, last)
+			rewrite(t, last, func(b []byte) []byte {
+				if typ, _, _, _ := parseFrame(b, offs[len(offs)-1]); typ != RecordSynced {
+					t.Fatalf("the closed log does not end with a sync mark but a %v record", typ)
+				}
+				return b[:offs[len(offs)-1]]
+			})
 			offs, end := frames(t, last)
 			rewrite(t, last, func(b []byte) []byte { return tt.damage(b, offs) })
 			wantEnd := end
@@ -334,8 +366,16 @@ func TestTornTail(t *testing.T) {
 			if g, w := commitSet(t, got), commitSet(t, want); !equalStrings(g, w) {
 				t.Errorf("after Open: %d records, want %d", len(got), len(want))
 			}
-			if st, err := os.Stat(last); err != nil || st.Size() != int64(wantEnd) {
-				t.Errorf("last segment is %d bytes after Open, want %d", st.Size(), wantEnd)
+			// Cut at wantEnd; Close marked what was left as synced,
+			// unless a mark after the last record did so already.
+			offs, end = frames(t, last)
+			b, _ := os.ReadFile(last)
+			k := offs[len(offs)-1]
+			typ, p, _, _ := parseFrame(b, k)
+			upto, _ := decodeSynced(p)
+			if end != wantEnd && end != wantEnd+frameHeader+syncedPayload || typ != RecordSynced || upto != int64(k) {
+				t.Errorf("last segment is %d bytes after Open, ending in a %v record covering %d; want %d bytes and a sync mark for what precedes it",
+					end, typ, upto, wantEnd)
 			}
 			if rep, err := Verify(dir); err != nil || rep.TornTail != nil {
 				t.Errorf("Verify after Open: %v, torn tail %+v", err, rep.TornTail)
@@ -564,12 +604,39 @@ func TestLinkAndHeadDamage(t *testing.T) {
 			reason: "where none belongs",
 		},
 		{
-			name: "segment of version 2 after one of version 3",
+			name: "segment of version 2 after one of version 4",
 			damage: func(t *testing.T, dir string, segs []string) string {
-				rewrite(t, segs[1], func(b []byte) []byte { return downgradeSegment(t, b, 2) })
+				rewrite(t, segs[1], func(b []byte) []byte { return downgradeSegment(t, b, 2, formatNoLink) })
 				return filepath.Base(segs[1])
 			},
-			reason: "format version 2 (before links) after one of version 3",
+			reason: "format version 2 (before links) after one of version 4",
+		},
+		{
+			name: "segment of version 3 after one of version 4",
+			damage: func(t *testing.T, dir string, segs []string) string {
+				rewrite(t, segs[1], func(b []byte) []byte { return downgradeSegment(t, b, 2, formatLinked) })
+				return filepath.Base(segs[1])
+			},
+			reason: "format version 3 (before sync marks) after one of version 4",
+		},
+		{
+			name: "sync mark in a segment of version 3",
+			damage: func(t *testing.T, dir string, segs []string) string {
+				downgradeLog(t, segs)
+				last := segs[len(segs)-1]
+				rewrite(t, last, func(b []byte) []byte { return appendFrame(b, RecordSynced, encodeSynced(headerSize+1)) })
+				return filepath.Base(last)
+			},
+			reason: "a sync mark in a segment of format version 3",
+		},
+		{
+			name: "sync mark covering bytes after it",
+			damage: func(t *testing.T, dir string, segs []string) string {
+				last := segs[len(segs)-1]
+				rewrite(t, last, func(b []byte) []byte { return appendFrame(b, RecordSynced, encodeSynced(int64(len(b)+1))) })
+				return filepath.Base(last)
+			},
+			reason: "after it, had been synced",
 		},
 	}
 	for _, tt := range tests {
@@ -585,12 +652,13 @@ func TestLinkAndHeadDamage(t *testing.T) {
 	}
 }
 
-// downgradeSegment returns segment n (the content b) as format version 2
-// wrote it: the version in the header, no link record.
-func downgradeSegment(t *testing.T, b []byte, n uint64) []byte {
+// downgradeSegment returns segment n (the content b) as format version
+// (formatNoLink or formatLinked) wrote it: the version in the header, no
+// sync marks, and for formatNoLink no link record.
+func downgradeSegment(t *testing.T, b []byte, n uint64, version uint32) []byte {
 	t.Helper()
 	out := slices.Clone(b[:headerSize])
-	binary.LittleEndian.PutUint32(out[8:12], formatNoLink)
+	binary.LittleEndian.PutUint32(out[8:12], version)
 	binary.LittleEndian.PutUint32(out[20:24], crc32.Checksum(out[:20], castagnoli))
 	off := headerSize
 	if n > 1 {
@@ -598,9 +666,106 @@ func downgradeSegment(t *testing.T, b []byte, n uint64) []byte {
 		if bad != "" || typ != RecordLink {
 			t.Fatalf("segment %d does not start with a link record", n)
 		}
+		if version != formatNoLink {
+			out = append(out, b[off:end]...)
+		}
 		off = end
 	}
-	return append(out, b[off:]...)
+	for off < len(b) {
+		typ, _, end, bad := parseFrame(b, off)
+		if bad != "" {
+			return append(out, b[off:]...)
+		}
+		if typ != RecordSynced {
+			out = append(out, b[off:end]...)
+		}
+		off = end
+	}
+	return out
+}
+
+// downgradeLog rewrites the segments segs (all of a log, oldest first) as
+// format version 3 wrote them: without sync marks, each link record giving
+// the length of the segment before it without its marks.
+func downgradeLog(t *testing.T, segs []string) {
+	t.Helper()
+	var prev int
+	for i, s := range segs {
+		n, _ := parseSegmentName(filepath.Base(s))
+		rewrite(t, s, func(b []byte) []byte {
+			b = downgradeSegment(t, b, n, formatLinked)
+			if i > 0 {
+				lk := appendFrame(nil, RecordLink, encodeLink(Link{Segment: n - 1, Size: int64(prev)}))
+				copy(b[headerSize:], lk)
+			}
+			prev = len(b)
+			return b
+		})
+	}
+}
+
+// TestLogOfVersion3: a log written before sync marks opens with every
+// record. Its active segment gets no marks (an older version can still
+// read it until it rotates) and keeps the old rule: a damaged record
+// followed by a valid one is corruption. The segments Open starts have
+// marks.
+func TestLogOfVersion3(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	recs := buildLog(t, dir, 20)
+	segs := segFiles(t, dir)
+	downgradeLog(t, segs)
+	if rep, err := Verify(dir); err != nil || rep.Records.Synced != 0 || rep.Records.Link == 0 {
+		t.Fatalf("Verify of a version 3 log: %v, %+v", err, rep)
+	}
+	last := segs[len(segs)-1]
+	l := mustOpen(t, dir, Options{NoSync: true, SegmentSize: 1 << 20})
+	if err := l.LogCommit(ctx, commitRec(gid(900), 2)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Commits(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+	if len(got) != len(recs)+1 {
+		t.Fatalf("Open of a version 3 log: %d of %d commit records", len(got), len(recs)+1)
+	}
+	if rep, err := Verify(dir); err != nil || rep.Records.Synced != 0 {
+		t.Fatalf("Verify after appending to the version 3 segment: %v, %d sync marks, want none", err, rep.Records.Synced)
+	}
+	// The old rule in the version 3 segment.
+	_, end := frames(t, last)
+	rewrite(t, last, func(b []byte) []byte {
+		b = append(b, make([]byte, 100)...)
+		return appendFrame(b, RecordCommit, mustMarshal(t, commitRec(gid(999), 2)))
+	})
+	if ce := openCorrupt(t, dir, filepath.Base(last)); !strings.Contains(ce.Reason, "but a valid record follows") {
+		t.Errorf("damage followed by a record in a version 3 segment: %v", ce)
+	}
+	rewrite(t, last, func(b []byte) []byte { return b[:end] })
+	// Rotation starts a segment of the current version, with marks.
+	l = mustOpen(t, dir, Options{NoSync: true, SegmentSize: 1500})
+	for i := range 10 {
+		if err := l.LogCommit(ctx, commitRec(gid(1000+i), 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClose(t, l)
+	after := segFiles(t, dir)
+	if len(after) <= len(segs) {
+		t.Fatalf("no rotation: %d segments before, %d after", len(segs), len(after))
+	}
+	b, err := os.ReadFile(after[len(after)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := parseHeader(b, uint64(len(after))); v != formatVersion {
+		t.Fatalf("new segment of format version %d", v)
+	}
+	if rep, err := Verify(dir); err != nil || rep.Records.Synced == 0 {
+		t.Fatalf("Verify after rotating: %v, %d sync marks", err, rep.Records.Synced)
+	}
 }
 
 // TestLogOfVersion2: a log written before links and HEAD (segments of
@@ -613,7 +778,7 @@ func TestLogOfVersion2(t *testing.T) {
 	recs := buildLog(t, dir, 20)
 	for _, s := range segFiles(t, dir) {
 		n, _ := parseSegmentName(filepath.Base(s))
-		rewrite(t, s, func(b []byte) []byte { return downgradeSegment(t, b, n) })
+		rewrite(t, s, func(b []byte) []byte { return downgradeSegment(t, b, n, formatNoLink) })
 	}
 	if err := os.Remove(filepath.Join(dir, headName)); err != nil {
 		t.Fatal(err)
@@ -647,7 +812,7 @@ func TestLogOfVersion2(t *testing.T) {
 	if h, bad := parseHead(b); bad != "" || h.Newest != newest || h.First != 1 {
 		t.Fatalf("HEAD after Open: %+v %s, want newest %d, first 1", h, bad, newest)
 	}
-	// Rotate into segments of version 3.
+	// Rotate into segments of the current version.
 	for i := range 20 {
 		if err := l.LogCommit(ctx, commitRec(gid(1000+i), 2)); err != nil {
 			t.Fatal(err)
@@ -668,7 +833,7 @@ func TestLogOfVersion2(t *testing.T) {
 	if rep, err := Verify(dir); err != nil || rep.Head == nil || rep.Head.Newest != newest+uint64(len(after)-len(segs)) || rep.Records.Link == 0 {
 		t.Fatalf("Verify after rotating: %v, %+v", err, rep)
 	}
-	// The newest segment, now of version 3, is watched by HEAD.
+	// The newest segment, of the current version, is watched by HEAD.
 	if err := os.Remove(after[len(after)-1]); err != nil {
 		t.Fatal(err)
 	}

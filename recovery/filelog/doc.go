@@ -98,12 +98,23 @@
 // and Dump run the same replay, so they agree with Open on what is live.
 // What Open does with a bad record depends on where it is:
 //
-//   - A torn tail (an incomplete, zeroed or bad-checksum record at the end
-//     of the last segment, with no valid record anywhere after it) is what
-//     a crash during a write leaves. Nobody was told that record was
-//     durable. Open cuts it off, logs a warning and succeeds.
-//   - Anything else is corruption: a bad record with a valid record after
-//     it, a bad record in any segment but the last, a bad segment header,
+//   - A torn tail (an incomplete, zeroed or bad-checksum record in the last
+//     segment, with no valid record after it, or with valid records after
+//     it none of which is a sync mark saying the bad bytes were synced) is
+//     what a crash during unsynced writes leaves: the kernel writes dirty
+//     pages back in any order, so a record written after the lost one may
+//     be on disk. Nobody was told any of these records was durable, since
+//     a sync that succeeded after the lost record was written would have
+//     made it durable. Open cuts the segment at the bad record, logs a
+//     warning and succeeds. (A sync mark starts each batch written after
+//     a sync, giving the end of what that sync made durable; Close writes
+//     one for the whole log. Segments written before sync marks, of format
+//     version 3 or 2, keep the stricter rule that any valid record after a
+//     bad one is corruption.)
+//   - Anything else is corruption: a bad record that a later sync mark
+//     says was synced (the disk lost data it had acknowledged), a bad
+//     record with a valid record after it in a segment without sync marks,
+//     a bad record in any segment but the last, a bad segment header,
 //     a record whose checksum holds but whose payload does not decode, a
 //     missing segment number, a missing or damaged IDENTITY or HEAD, and
 //     the damage that leaves every remaining record sound: a segment that
@@ -134,6 +145,10 @@
 //     last writes never happened (its last records zeroed, or cut inside
 //     a record, look like a torn tail, which Open cuts off with a warning
 //     and Verify reports);
+//   - damage to the records of the last segment that no sync mark after
+//     them covers (the last one or two batches of a log that was not
+//     closed cleanly): it looks like a crash amid unsynced writes, and Open
+//     cuts it off with a warning, with any records after it;
 //   - the whole directory, HEAD included, put back from an older backup or
 //     snapshot: it is a sound log, only an old one, and the decisions
 //     logged since are missing;

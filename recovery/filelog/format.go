@@ -43,7 +43,8 @@ import (
 // A segment starts with a 24-byte header:
 //
 //	magic   [8]byte  "xa-dlog\n"
-//	version uint32   3 (2: a segment written before links and HEAD)
+//	version uint32   4 (3: a segment written before sync marks; 2: one
+//	                 written before links and HEAD)
 //	number  uint64   the segment number, equal to the one in the file name
 //	crc     uint32   CRC-32C of the 20 bytes above
 //
@@ -72,16 +73,37 @@ import (
 //	link          version byte 1, the number of the previous segment
 //	              (uint64), the length of the previous segment in bytes
 //	              (uint64), both little endian
+//	synced        version byte 1, an offset in this segment (uint64, little
+//	              endian): every byte before it had been synced when this
+//	              record was written
 //
-// Every version 3 segment but segment 1 starts with a link record, written
-// and synced with its header before the segment gets its name: it says how
-// long the previous segment is, which was cut back to its last record and
-// synced before. It is the only link record in a segment.
+// Every version 3 or 4 segment but segment 1 starts with a link record,
+// written and synced with its header before the segment gets its name: it
+// says how long the previous segment is, which was cut back to its last
+// record and synced before. It is the only link record in a segment.
+//
+// A version 4 segment also holds synced records (sync marks): each batch
+// of records written after a sync that succeeded starts with one, giving
+// the end of what that sync made durable, and Close writes one for all.
+// They tell the two kinds of damage in the active segment apart. The
+// kernel writes dirty pages back in any order, so a crash can keep an
+// unsynced record while losing one written before it (more so with two
+// batches syncing at once): a damaged record followed by valid ones, none
+// of them ever acknowledged, since a sync that succeeded after the damaged
+// record was written would have made it durable. That is a torn tail, cut
+// off at the damaged record. A damaged record that a later sync mark says
+// was synced is not: the disk lost data it had acknowledged, and the log
+// is corrupt. In a version 3 segment, which has no marks, a damaged record
+// followed by a valid one is corrupt, as it always was. Version 4 segments
+// are started by rotation and Create; a log opened with a version 3 active
+// segment goes on appending to it without marks until it rotates, so that
+// an older version can still read it until then.
 //
 // Version 2 segments (no link records) are read, and a log of them without
 // HEAD is one written before HEAD existed: Open writes HEAD for it, and
-// the segments it starts are of version 3. A version 2 segment after a
-// version 3 one, or a version 3 segment in a log without HEAD, is corrupt.
+// the segments it starts are of version 4. A segment of an older version
+// after one of a newer, or a version 3 or 4 segment in a log without HEAD,
+// is corrupt.
 // Version 1 segments (before identities, with clear records naming an XID
 // only) are not read: Open refuses a directory without IDENTITY anyway.
 //
@@ -89,7 +111,10 @@ import (
 // segment ends exactly at its last record.
 const (
 	magic         = "xa-dlog\n"
-	formatVersion = 3
+	formatVersion = 4
+	// formatLinked is the segment format with link records and HEAD but
+	// before sync marks.
+	formatLinked = 3
 	// formatNoLink is the segment format before link records and HEAD.
 	formatNoLink = 2
 	headerSize   = 24
@@ -113,6 +138,8 @@ const (
 	delegationNoTable = 1
 	linkCodec         = 1
 	linkPayload       = 1 + 8 + 8
+	syncedCodec       = 1
+	syncedPayload     = 1 + 8
 
 	headName    = "HEAD"
 	headMagic   = "xa-dhed\n"
@@ -150,6 +177,10 @@ const (
 	// RecordParticipant holds an xa.ParticipantRecord: the identity of
 	// the store a participant's name denotes.
 	RecordParticipant
+	// RecordSynced (a sync mark) gives an offset in its segment before
+	// which every byte had been synced when it was written. It holds no
+	// decision: it tells a torn tail from lost acknowledged data.
+	RecordSynced
 )
 
 // RecordIdentity is the type Dump gives the IDENTITY file, shown as the
@@ -176,6 +207,8 @@ func (t RecordType) String() string {
 		return "link"
 	case RecordParticipant:
 		return "participant"
+	case RecordSynced:
+		return "synced"
 	case RecordIdentity:
 		return "identity"
 	}
@@ -216,7 +249,8 @@ func checkHeader(b []byte, n uint64) string {
 }
 
 // parseHeader validates the header of segment n and returns its format
-// version (formatVersion or formatNoLink), or a reason when it is bad.
+// version (formatVersion, formatLinked or formatNoLink), or a reason when
+// it is bad.
 func parseHeader(b []byte, n uint64) (version uint32, bad string) {
 	switch {
 	case len(b) < headerSize:
@@ -228,7 +262,7 @@ func parseHeader(b []byte, n uint64) (version uint32, bad string) {
 	}
 	version = binary.LittleEndian.Uint32(b[8:12])
 	switch {
-	case version != formatVersion && version != formatNoLink:
+	case version != formatVersion && version != formatLinked && version != formatNoLink:
 		return 0, fmt.Sprintf("unknown format version %d", version)
 	case binary.LittleEndian.Uint64(b[12:20]) != n:
 		return 0, fmt.Sprintf("header names segment %d", binary.LittleEndian.Uint64(b[12:20]))
@@ -344,6 +378,7 @@ type decoded struct {
 	delegation xa.Delegation        // RecordDelegation
 	part       xa.ParticipantRecord // RecordParticipant
 	link       Link                 // RecordLink
+	synced     int64                // RecordSynced
 }
 
 func decodePayload(t RecordType, p []byte) (decoded, error) {
@@ -397,6 +432,12 @@ func decodePayload(t RecordType, p []byte) (decoded, error) {
 			return d, err
 		}
 		d.link = lk
+	case RecordSynced:
+		off, err := decodeSynced(p)
+		if err != nil {
+			return d, err
+		}
+		d.synced = off
 	default:
 		return d, fmt.Errorf("unknown record type %d", t)
 	}
@@ -611,4 +652,21 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// encodeSynced returns the payload of a sync mark for offset off.
+func encodeSynced(off int64) []byte {
+	b := append(make([]byte, 0, syncedPayload), syncedCodec)
+	return binary.LittleEndian.AppendUint64(b, uint64(off))
+}
+
+func decodeSynced(p []byte) (int64, error) {
+	if len(p) != syncedPayload || p[0] != syncedCodec {
+		return 0, fmt.Errorf("synced record: unknown version or length (%d bytes)", len(p))
+	}
+	off := binary.LittleEndian.Uint64(p[1:])
+	if off < headerSize || off > 1<<62 {
+		return 0, fmt.Errorf("synced record gives offset %d, out of range", off)
+	}
+	return int64(off), nil
 }

@@ -248,6 +248,11 @@ type hookFS struct {
 	onSync  func(f *hookFile)
 	renamed map[string]string // old path -> new path, for open files' names
 	extents map[string]*extent
+	// gate is held shared by every write and truncate: a test that copies
+	// the files while the log runs holds it to see no half-done write (a
+	// copy read during a write can mix bytes from before the write with
+	// bytes written after a later sync, which no crash leaves).
+	gate sync.RWMutex
 }
 
 // extent tracks how far a file has been written, and how far that was
@@ -361,6 +366,8 @@ type hookFile struct {
 }
 
 func (f *hookFile) WriteAt(p []byte, off int64) (int, error) {
+	f.fs.gate.RLock()
+	defer f.fs.gate.RUnlock()
 	if err := f.fs.call("write", f.fs.current(f.name), p, off); err != nil {
 		var pw *partialWrite
 		if errors.As(err, &pw) {
@@ -408,6 +415,8 @@ func (f *hookFile) Sync() error {
 }
 
 func (f *hookFile) Truncate(size int64) error {
+	f.fs.gate.RLock()
+	defer f.fs.gate.RUnlock()
 	name := f.fs.current(f.name)
 	if err := f.fs.call("truncate", name, nil, size); err != nil {
 		return err
@@ -437,4 +446,14 @@ func frames(t testing.TB, path string) (offs []int, end int) {
 		off = next
 	}
 	return offs, off
+}
+
+// mustMarshal returns rec's payload as a commit record holds it.
+func mustMarshal(t testing.TB, rec xa.CommitRecord) []byte {
+	t.Helper()
+	b, err := rec.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -49,6 +49,8 @@ type RecordCounts struct {
 	// Link counts link records, one at the start of every segment but
 	// the first; they hold no decision.
 	Link int
+	// Synced counts sync marks; they hold no decision.
+	Synced int
 }
 
 func (c *RecordCounts) add(t RecordType) {
@@ -71,12 +73,14 @@ func (c *RecordCounts) add(t RecordType) {
 		c.Participant++
 	case RecordLink:
 		c.Link++
+	case RecordSynced:
+		c.Synced++
 	}
 }
 
 // Total returns the number of records counted.
 func (c RecordCounts) Total() int {
-	return c.Commit + c.Forget + c.Heuristic + c.Clear + c.Abort + c.ForgetAbort + c.Delegation + c.Participant + c.Link
+	return c.Commit + c.Forget + c.Heuristic + c.Clear + c.Abort + c.ForgetAbort + c.Delegation + c.Participant + c.Link + c.Synced
 }
 
 // Entry is one valid record, as Dump shows it.
@@ -93,7 +97,7 @@ type Entry struct {
 	// the identity.
 	// Of a record that compaction copied forward, only the newest copy is
 	// live. Open, ReadSnapshot and Dump compute it with the same replay.
-	// Forget, clear and link records are never live.
+	// Forget, clear, link and synced records are never live.
 	Live        bool
 	Identity    xa.LogIdentity       // RecordIdentity
 	Commit      xa.CommitRecord      // RecordCommit
@@ -105,6 +109,7 @@ type Entry struct {
 	Delegation  xa.Delegation        // RecordDelegation
 	Participant xa.ParticipantRecord // RecordParticipant
 	Link        Link                 // RecordLink: the previous segment and its length
+	Synced      int64                // RecordSynced: every byte of the segment before it had been synced
 }
 
 // Verify checks the log in dir without modifying anything and reports what
@@ -155,6 +160,7 @@ func Dump(dir string, fn func(Entry) error) error {
 			Segment: seg, File: name, Offset: off, Size: len(frame), Type: t,
 			Commit: d.commit, ID: d.id, Heuristic: d.heuristic, XID: d.xid, RM: d.rm,
 			Abort: d.abort, Delegation: d.delegation, Participant: d.part, Link: d.link,
+			Synced: d.synced,
 		})
 		live = append(live, r)
 	})

@@ -128,12 +128,20 @@ type Log struct {
 	// syncedWrites is how many of them a sync that succeeded covered:
 	// fewer than writes when forget records were written since.
 	syncedWrites uint64
-	buf          []byte
-	spares       [][]*op        // queue slices to reuse
-	written      []*batch       // written and not acknowledged, in order
-	busy         [maxSyncs]bool // sync slots with a sync in flight
-	synced       chan syncResult
-	rotating     bool // the active segment is full: rotate once written is empty
+	// activeVersion is the active segment's format version: sync marks
+	// are written to segments of formatVersion only.
+	activeVersion uint32
+	// durable is the end of what the syncs that succeeded made durable
+	// in the active segment; marked is the offset the last sync mark
+	// written to it gives. A batch written when durable > marked starts
+	// with a sync mark for durable.
+	durable, marked int64
+	buf             []byte
+	spares          [][]*op        // queue slices to reuse
+	written         []*batch       // written and not acknowledged, in order
+	busy            [maxSyncs]bool // sync slots with a sync in flight
+	synced          chan syncResult
+	rotating        bool // the active segment is full: rotate once written is empty
 
 	syncs atomic.Int64
 }
@@ -263,6 +271,7 @@ func Create(dir string, ident xa.LogIdentity, opts Options) (*Log, error) {
 	}
 	l.ident = stored
 	l.first, l.active, l.activeNum, l.activeSize, l.allocated = 1, f, 1, headerSize, headerSize
+	l.activeVersion, l.durable, l.marked = formatVersion, headerSize, headerSize
 	if err := l.openSlots(); err != nil {
 		f.Close()
 		return fail(err)
@@ -462,9 +471,25 @@ func (l *Log) recover() error {
 			f.Close()
 			return fmt.Errorf("filelog: cutting torn tail of %s at offset %d: %w", t.File, t.Offset, err)
 		}
+	} else if !l.opts.NoSync {
+		// What replay read may be in the page cache only (a process
+		// that died between a write and its sync): make it durable
+		// before recovery acts on it, and before a sync mark says so.
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return fmt.Errorf("filelog: syncing %s: %w", last.name, err)
+		}
 	}
 	l.first = res.segments[0].num
 	l.active, l.activeNum, l.activeSize, l.allocated = f, last.num, last.end, last.end
+	// The first batch written says that all of it is durable, unless a
+	// sync mark says so already (a log closed cleanly) or it holds only
+	// what was synced before the segment got its name.
+	start := int64(headerSize)
+	if last.linked {
+		start += frameHeader + linkPayload
+	}
+	l.activeVersion, l.durable, l.marked = last.version, last.end, max(last.marked, start)
 	if err := l.openSlots(); err != nil {
 		f.Close()
 		return err
@@ -694,11 +719,12 @@ type batch struct {
 }
 
 // syncResult is the outcome of the sync of batch b in slot slot; covers is
-// the count of writes it covers.
+// the count of writes it covers, upto the end of the bytes they wrote.
 type syncResult struct {
 	b      *batch
 	slot   int
 	covers uint64
+	upto   int64
 	err    error
 }
 
@@ -782,6 +808,10 @@ func (l *Log) writeNext(slot, least int) (took, closing bool, err error) {
 	b := &batch{ops: ops, g: g, start: time.Now()}
 	l.written = append(l.written, b)
 	l.buf = l.buf[:0]
+	if l.activeVersion == formatVersion && l.durable > l.marked {
+		l.buf = appendFrame(l.buf, RecordSynced, encodeSynced(l.durable))
+		l.marked = l.durable
+	}
 	for _, o := range ops {
 		if o.frame == nil { // a forget or forget-abort: its payload is its key
 			l.buf = appendFrameString(l.buf, o.t, o.key)
@@ -816,13 +846,13 @@ func (l *Log) writeNext(slot, least int) (took, closing bool, err error) {
 // slot's descriptor; the outcome arrives on l.synced.
 func (l *Log) startSync(slot int, b *batch) {
 	l.busy[slot] = true
-	f, covers := l.syncFile(slot), l.writes
+	f, covers, upto := l.syncFile(slot), l.writes, l.activeSize
 	go func() {
 		var err error
 		if !l.opts.NoSync {
 			err = f.Sync()
 		}
-		l.synced <- syncResult{b: b, slot: slot, covers: covers, err: err}
+		l.synced <- syncResult{b: b, slot: slot, covers: covers, upto: upto, err: err}
 	}()
 }
 
@@ -844,6 +874,7 @@ func (l *Log) syncDone(r syncResult) error {
 	}
 	l.syncs.Add(1)
 	l.syncedWrites = max(l.syncedWrites, r.covers)
+	l.durable = max(l.durable, r.upto)
 	r.b.synced = true
 	l.ackReady()
 	return nil
@@ -937,17 +968,42 @@ func (l *Log) sync() error {
 		}
 	}
 	l.syncedWrites = l.writes
+	l.durable = l.activeSize
 	return nil
 }
 
 // syncAtClose trims preallocated space and syncs forget records written
-// since the last sync, so that a cleanly closed log comes back as it was.
+// since the last sync, so that a cleanly closed log comes back as it was,
+// then writes and syncs a sync mark for all of it: damage to any record of
+// the closed log is then reported as such, not cut off as a torn tail.
 func (l *Log) syncAtClose() {
-	if err := l.trim(); err != nil {
+	err := l.trim()
+	if err == nil && l.activeVersion == formatVersion && l.durable > l.marked {
+		err = l.markAll()
+	}
+	if err != nil {
 		l.mu.Lock()
 		l.failed = fmt.Errorf("%w: %w", ErrFailed, err)
 		l.mu.Unlock()
 	}
+}
+
+// markAll writes a sync mark for the whole active segment, which is
+// durable and trimmed, after its last record (without preallocating),
+// and syncs it.
+func (l *Log) markAll() error {
+	b := appendFrame(nil, RecordSynced, encodeSynced(l.durable))
+	if _, err := l.active.WriteAt(b, l.activeSize); err != nil {
+		return fmt.Errorf("writing %s at offset %d: %w", segmentName(l.activeNum), l.activeSize, err)
+	}
+	l.marked = l.durable
+	l.activeSize += int64(len(b))
+	l.allocated = l.activeSize
+	l.writes++
+	l.mu.Lock()
+	l.st.seg(l.activeNum).size = l.activeSize
+	l.mu.Unlock()
+	return l.sync()
 }
 
 // fail stops the log after a failed write or sync: the callers of the

@@ -47,6 +47,12 @@ type segmentScan struct {
 	version uint32 // format version of the header; 0 when the header is bad
 	link    *Link  // the link record that starts the segment, if sound
 	linked  bool   // the segment starts with a link record, sound or not
+	// unlinked: the first valid record was found not to be a link record,
+	// and that was reported.
+	unlinked bool
+	// marked is what the last sync mark says was synced; the end of that
+	// mark when it covers all that precedes it.
+	marked int64
 }
 
 type scanResult struct {
@@ -89,7 +95,7 @@ func scanLog(dir string, visit visitFunc) (scanResult, error) {
 		return res, err
 	}
 	res.tmpFiles = tmp
-	sawLinked := false // a segment of formatVersion was seen
+	var newest uint32 // the newest format version seen
 	for i, n := range nums {
 		name := segmentName(n)
 		last := i == len(nums)-1
@@ -113,16 +119,16 @@ func scanLog(dir string, visit visitFunc) (scanResult, error) {
 			}
 		}
 		seg.version = version
-		switch version {
-		case formatVersion:
-			sawLinked = true
-		case formatNoLink:
-			if sawLinked {
-				res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: 0,
-					Reason: fmt.Sprintf("a segment of format version %d (before links) after one of version %d: "+
-						"an old file put back, or the segments of two logs mixed", formatNoLink, formatVersion)})
+		if version != 0 && version < newest {
+			before := "links"
+			if version == formatLinked {
+				before = "sync marks"
 			}
+			res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: 0,
+				Reason: fmt.Sprintf("a segment of format version %d (before %s) after one of version %d: "+
+					"an old file put back, or the segments of two logs mixed", version, before, newest)})
 		}
+		newest = max(newest, version)
 	records:
 		for off < len(b) {
 			t, payload, end, bad := parseFrame(b, off)
@@ -134,10 +140,26 @@ func scanLog(dir string, visit visitFunc) (scanResult, error) {
 					res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: int64(off),
 						Reason: fmt.Sprintf("undecodable %v record: %v", t, err)})
 				} else {
-					if t == RecordLink {
-						if reason := seg.takeLink(int64(off), &d.link); reason != "" {
-							res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: int64(off), Reason: reason})
+					if int64(off) == headerSize && t != RecordLink && seg.version >= formatLinked && n > 1 {
+						// Reported before what the records that follow
+						// say, which is off by the link record's length.
+						seg.unlinked = true
+						res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: headerSize, Reason: reasonUnlinked})
+					}
+					var reason string
+					switch t {
+					case RecordLink:
+						reason = seg.takeLink(int64(off), &d.link)
+					case RecordSynced:
+						if reason = seg.checkSynced(int64(off), d.synced); reason == "" {
+							seg.marked = d.synced
+							if d.synced == int64(off) {
+								seg.marked = int64(end)
+							}
 						}
+					}
+					if reason != "" {
+						res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: int64(off), Reason: reason})
 					}
 					seg.records++
 					if visit != nil {
@@ -151,6 +173,24 @@ func scanLog(dir string, visit visitFunc) (scanResult, error) {
 				continue
 			}
 			next := nextPlausibleFrame(b, off+1)
+			if next >= 0 && last && seg.version >= formatVersion {
+				// Valid records after a damaged one in the active
+				// segment: a torn tail written back out of order,
+				// unless a sync mark says the damaged bytes were synced
+				// (see the format's description).
+				if mark, upto := syncedPast(b, next, off); mark >= 0 {
+					res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: int64(off),
+						Reason: fmt.Sprintf("%s, but a valid record follows at offset %d, and the sync mark at offset %d "+
+							"says every byte before offset %d had been synced: the disk lost data it had acknowledged",
+							bad, next, mark, upto)})
+					off = next
+					continue
+				}
+				res.torn = &TornTail{File: name, Offset: int64(off), Bytes: int64(len(b) - off),
+					Reason: fmt.Sprintf("%s, and the valid records from offset %d on were never synced "+
+						"(no sync mark after it covers it): written back out of order before a crash", bad, next)}
+				break records
+			}
 			switch {
 			case next >= 0:
 				res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: int64(off),
@@ -165,9 +205,8 @@ func scanLog(dir string, visit visitFunc) (scanResult, error) {
 			}
 			break records
 		}
-		if seg.version == formatVersion && n > 1 && !seg.linked {
-			res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: headerSize,
-				Reason: "the segment does not start with a link record naming the segment before it"})
+		if seg.version >= formatLinked && n > 1 && !seg.linked && !seg.unlinked {
+			res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: headerSize, Reason: reasonUnlinked})
 		}
 		res.segments = append(res.segments, seg)
 	}
@@ -180,7 +219,7 @@ func (s *segmentScan) takeLink(off int64, lk *Link) string {
 	switch {
 	case s.version == 0:
 		return "" // the header is bad: reported already
-	case s.version != formatVersion || s.num == 1 || off != headerSize:
+	case s.version < formatLinked || s.num == 1 || off != headerSize:
 		return "a link record where none belongs (only the first record of a segment after the first is one)"
 	}
 	s.linked = true
@@ -189,6 +228,42 @@ func (s *segmentScan) takeLink(off int64, lk *Link) string {
 	}
 	s.link = lk
 	return ""
+}
+
+const reasonUnlinked = "the segment does not start with a link record naming the segment before it"
+
+// checkSynced checks a sync mark found at offset off, giving upto, and
+// returns why it is out of place.
+func (s *segmentScan) checkSynced(off, upto int64) string {
+	switch {
+	case s.version == 0:
+		return "" // the header is bad: reported already
+	case s.version < formatVersion:
+		return fmt.Sprintf("a sync mark in a segment of format version %d, which has none", s.version)
+	case upto > off:
+		return fmt.Sprintf("a sync mark at offset %d says bytes up to offset %d, after it, had been synced", off, upto)
+	}
+	return ""
+}
+
+// syncedPast looks through the frames of b from offset from on (skipping
+// damaged ones) for a sync mark covering offset bad, and returns the
+// offset of the first such mark and what it covers, or -1.
+func syncedPast(b []byte, from, bad int) (mark int, upto int64) {
+	for off := from; off >= 0 && off < len(b); {
+		t, p, end, why := parseFrame(b, off)
+		if why != "" {
+			off = nextPlausibleFrame(b, off+1)
+			continue
+		}
+		if t == RecordSynced {
+			if u, err := decodeSynced(p); err == nil && u > int64(bad) && u <= int64(off) {
+				return off, u
+			}
+		}
+		off = end
+	}
+	return -1, 0
 }
 
 // checkChain checks what the segments and HEAD say of each other: each
@@ -219,10 +294,10 @@ func (r *scanResult) checkChain(head *Head, headErr *CorruptError) {
 	switch {
 	case headErr != nil && headErr.Reason == reasonNoHead:
 		for _, s := range segs {
-			if s.version == formatVersion {
+			if s.version >= formatLinked {
 				r.corrupt = append(r.corrupt, CorruptError{File: headName,
 					Reason: fmt.Sprintf("missing, but %s is of format version %d, which is only written after HEAD: "+
-						"HEAD was deleted or lost, and with it the check that no newer segment is missing", s.name, formatVersion)})
+						"HEAD was deleted or lost, and with it the check that no newer segment is missing", s.name, s.version)})
 				break
 			}
 		}
