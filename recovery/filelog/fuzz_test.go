@@ -154,6 +154,8 @@ func FuzzPayload(f *testing.F) {
 		f.Add(byte(t), p)
 		f.Add(byte(t), p[:len(p)/2])
 	}
+	f.Add(byte(RecordLink), encodeLink(Link{Segment: 3, Size: 4096}))
+	f.Add(byte(RecordSynced), encodeSynced(headerSize+100))
 	f.Add(byte(RecordClear), []byte("\x00\x00:x:y"))
 	f.Add(byte(RecordDelegation), []byte("\x01\x00\x00"))
 	f.Fuzz(func(t *testing.T, typ byte, p []byte) {
@@ -188,6 +190,15 @@ func FuzzPayload(f *testing.F) {
 			if d.key != d.delegation.Participant {
 				t.Fatalf("delegation key %q, participant %q", d.key, d.delegation.Participant)
 			}
+		case RecordParticipant:
+			again, err = d.part.MarshalBinary()
+			if d.key != d.part.Name {
+				t.Fatalf("participant key %q, name %q", d.key, d.part.Name)
+			}
+		case RecordLink:
+			again = encodeLink(d.link)
+		case RecordSynced:
+			again = encodeSynced(d.synced)
 		default:
 			t.Fatalf("record type %d decoded", typ)
 		}
@@ -205,7 +216,8 @@ func FuzzPayload(f *testing.F) {
 		}
 		if d2.key != d.key || d2.hkey != d.hkey || d2.id.String() != d.id.String() ||
 			d2.delegation.Participant != d.delegation.Participant || !d2.delegation.Logged.Equal(d.delegation.Logged) ||
-			d2.abort.ID.String() != d.abort.ID.String() || !d2.abort.Logged.Equal(d.abort.Logged) || d2.abort.Reason != d.abort.Reason {
+			d2.abort.ID.String() != d.abort.ID.String() || !d2.abort.Logged.Equal(d.abort.Logged) || d2.abort.Reason != d.abort.Reason ||
+			d2.link != d.link || d2.synced != d.synced {
 			t.Fatalf("%v: round trip changed the record: %+v -> %+v", rt, d, d2)
 		}
 	})
