@@ -795,3 +795,42 @@ func TestSyncMarksClaimOnlySynced(t *testing.T) {
 	}
 	t.Logf("%d sync marks checked", marks)
 }
+
+// TestOpenSyncsWhatItReplayed: a record a crashed process wrote and never
+// synced is in the page cache only; Open replays it, so it must make it
+// durable before anything acts on it or a sync mark claims it.
+func TestOpenSyncsWhatItReplayed(t *testing.T) {
+	dir := t.TempDir()
+	h := &hookFS{}
+	l := mustCreate(t, dir, Options{fs: h})
+	ctx := context.Background()
+	if err := l.LogCommit(ctx, commitRec(gid(1), 2)); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+	seg := segFiles(t, dir)[0]
+	st, err := os.Stat(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the crashed process left: a record written, not synced.
+	f, err := h.OpenFile(seg, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(appendFrame(nil, RecordCommit, mustMarshal(t, commitRec(gid(2), 2))), st.Size()); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if from, to := h.unsynced(seg); to <= from {
+		t.Fatal("the test file system does not see the write as unsynced")
+	}
+	l = mustOpen(t, dir, Options{fs: h})
+	defer mustClose(t, l)
+	if _, ok, err := l.Lookup(ctx, gid(2)); err != nil || !ok {
+		t.Fatalf("Lookup of the replayed record: %v, %v", ok, err)
+	}
+	if from, to := h.unsynced(seg); to > from {
+		t.Fatalf("Open left bytes %d to %d it replayed unsynced", from, to)
+	}
+}
