@@ -246,7 +246,7 @@ func doctorLogDir(c *config.Config) (_ []xa.Finding, ok bool, _ xa.LogIdentity) 
 	}
 	integ := xa.Finding{Name: "integrity", Value: fmt.Sprintf("ok, %s", plural(len(rep.Segments), "segment")), Severity: xa.SeverityOK}
 	if t := rep.TornTail; t != nil && !rep.InUse {
-		integ.Value = fmt.Sprintf("torn tail: the last %s of %s are an incomplete record", plural(int(t.Bytes), "byte"), t.File)
+		integ.Value = fmt.Sprintf("torn tail: the last %s of %s were never synced whole (%s)", plural(int(t.Bytes), "byte"), t.File, t.Reason)
 		integ.Severity, integ.Fix = xa.SeverityWarn, tornMeaning
 	}
 	return append(fs, integ), true, rep.Identity

@@ -70,6 +70,12 @@ func (l *Log) compact() error {
 		}
 		l.st.seg(l.activeNum).size += int64(len(l.buf))
 		l.mu.Unlock()
+		// The originals go once HEAD is written: mark the copies as
+		// synced first, so that damage to them reads as lost data, not
+		// as a torn tail cut off with the live records it holds.
+		if err := l.markDurable(); err != nil {
+			return fmt.Errorf("marking %d live records copied forward: %w", len(copies), err)
+		}
 	}
 	// Segments below HEAD's first may be missing after a crash; from it
 	// on they may not. A removal that failed before leaves segments below

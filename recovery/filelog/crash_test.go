@@ -642,3 +642,89 @@ func TestCrashAtEveryStep(t *testing.T) {
 			"the test does not exercise the steps of starting a segment", headWrites, headLags)
 	}
 }
+
+// TestCompactedCopiesAreMarked: the live records compaction copies
+// forward are covered by a sync mark before their originals are removed.
+// In a crash right after, damage to a copy (now the only copy of an
+// acknowledged record) is corruption, not a torn tail that Open would cut
+// off together with the records.
+func TestCompactedCopiesAreMarked(t *testing.T) {
+	ctx := context.Background()
+	dir, root := t.TempDir(), t.TempDir()
+	h := &hookFS{}
+	l := mustCreate(t, dir, Options{fs: h, SegmentSize: 2048})
+	var snap string
+	var hookErr error
+	h.setHook(func(op, name string, p []byte, off int64) error {
+		if op == "remove" && snap == "" && strings.HasSuffix(name, ".wal") {
+			snap, hookErr = copyDir(root, dir)
+		}
+		return nil
+	})
+	var kept []string
+	for i := range 3 {
+		rec := commitRec(gid(500+i), 3)
+		if err := l.LogCommit(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, rec.ID.String())
+	}
+	for i := 0; snap == "" && i < 1000; i++ {
+		if err := l.LogCommit(ctx, commitRec(gid(i), 2)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Forget(ctx, gid(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.setHook(nil)
+	mustClose(t, l)
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
+	if snap == "" {
+		t.Fatal("no segment was retired")
+	}
+	segs := segFiles(t, snap)
+	last := segs[len(segs)-1]
+	b, err := os.ReadFile(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyAt := -1
+	for off := headerSize; off < len(b); {
+		typ, p, end, bad := parseFrame(b, off)
+		if bad != "" {
+			break
+		}
+		if d, err := decodePayload(typ, p); err == nil && typ == RecordCommit && slices.Contains(kept, d.id.String()) {
+			copyAt = off
+			break
+		}
+		off = end
+	}
+	if copyAt < 0 {
+		t.Fatalf("no copy of %v in %s before the originals' removal", kept, filepath.Base(last))
+	}
+	// Sound, the crash state keeps every record.
+	sound := copyLog(t, snap)
+	l2 := mustOpen(t, sound, Options{NoSync: true})
+	for _, k := range kept {
+		id, _ := xa.ParseGlobalIDString(k)
+		if _, ok, err := l2.Lookup(ctx, id); err != nil || !ok {
+			t.Errorf("crash after compaction: %s lost (%v)", k, err)
+		}
+	}
+	mustClose(t, l2)
+	// Damaged, it is corrupt.
+	rewrite(t, last, func(b []byte) []byte { b[copyAt+frameHeader+3] ^= 0x40; return b })
+	l3, err := Open(snap, Options{NoSync: true})
+	if err == nil {
+		got, _ := l3.Commits(ctx)
+		mustClose(t, l3)
+		t.Fatalf("Open of a log whose compacted copy is damaged succeeded with %d live commit records; want ErrCorrupt", len(got))
+	}
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "acknowledged") {
+		t.Fatalf("Open of a log whose compacted copy is damaged: %v; want ErrCorrupt naming lost acknowledged data", err)
+	}
+}

@@ -107,8 +107,9 @@
 //     a sync that succeeded after the lost record was written would have
 //     made it durable. Open cuts the segment at the bad record, logs a
 //     warning and succeeds. (A sync mark starts each batch written after
-//     a sync, giving the end of what that sync made durable; Close writes
-//     one for the whole log. Segments written before sync marks, of format
+//     a sync, giving the end of what that sync made durable; compaction
+//     writes one for the records it copies forward, Close one for the
+//     whole log. Segments written before sync marks, of format
 //     version 3 or 2, keep the stricter rule that any valid record after a
 //     bad one is corruption.)
 //   - Anything else is corruption: a bad record that a later sync mark

@@ -84,7 +84,9 @@ import (
 //
 // A version 4 segment also holds synced records (sync marks): each batch
 // of records written after a sync that succeeded starts with one, giving
-// the end of what that sync made durable, and Close writes one for all.
+// the end of what that sync made durable; compaction writes one (and syncs
+// it) for the live records it copied forward before their originals go,
+// and Close one for all.
 // They tell the two kinds of damage in the active segment apart. The
 // kernel writes dirty pages back in any order, so a crash can keep an
 // unsynced record while losing one written before it (more so with two

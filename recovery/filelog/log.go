@@ -988,6 +988,24 @@ func (l *Log) syncAtClose() {
 	}
 }
 
+// markDurable writes a sync mark for what is durable in the active
+// segment after its records, and syncs it (compaction, when no batch is in
+// flight). It does nothing in a segment without marks.
+func (l *Log) markDurable() error {
+	if l.activeVersion != formatVersion || l.durable <= l.marked {
+		return nil
+	}
+	b := appendFrame(nil, RecordSynced, encodeSynced(l.durable))
+	if err := l.append(b); err != nil {
+		return err
+	}
+	l.marked = l.durable
+	l.mu.Lock()
+	l.st.seg(l.activeNum).size += int64(len(b))
+	l.mu.Unlock()
+	return l.sync()
+}
+
 // markAll writes a sync mark for the whole active segment, which is
 // durable and trimmed, after its last record (without preallocating),
 // and syncs it.
