@@ -167,7 +167,8 @@ func TestFailStopWakesEveryWaiter(t *testing.T) {
 		return nil
 	})
 	ctx := context.Background()
-	errs := make(chan error, 32)
+	const total = overlapMin + 9 // the first, overlapMin in group 2, 8 queued
+	errs := make(chan error, total)
 	go func() { errs <- l.LogCommit(ctx, commitRec(gid(0), 2)) }()
 	<-entered // group 1 is in its sync
 	var wg sync.WaitGroup
@@ -175,14 +176,14 @@ func TestFailStopWakesEveryWaiter(t *testing.T) {
 		wg.Go(func() { errs <- l.LogCommit(ctx, commitRec(gid(i), 2)) })
 	}
 	<-entered // group 2 is written and in its sync; queue more behind them
-	for i := overlapMin + 1; i < 32; i++ {
+	for i := overlapMin + 1; i < total; i++ {
 		wg.Go(func() { errs <- l.LogCommit(ctx, commitRec(gid(i), 2)) })
 	}
 	for {
 		l.mu.Lock()
 		n := len(l.queue)
 		l.mu.Unlock()
-		if n == 31-overlapMin {
+		if n == total-1-overlapMin {
 			break
 		}
 		select {
@@ -194,7 +195,7 @@ func TestFailStopWakesEveryWaiter(t *testing.T) {
 	close(gate)
 	wg.Wait()
 	unknown := 0
-	for range 32 {
+	for range total {
 		err := <-errs
 		if !errors.Is(err, ErrFailed) {
 			t.Fatalf("waiter got %v, want ErrFailed", err)

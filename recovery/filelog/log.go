@@ -731,12 +731,18 @@ type syncResult struct {
 // overlapMin is the fewest records that must be durable the queue must
 // hold to be written and synced while another batch syncs (see
 // overlapLeast for the rule); fewer wait for that sync to end, and more
-// records with them. A sync costs about the same
-// whatever it carries (on the machine this was measured on, 150-190 µs of
-// CPU in the kernel besides its wait), and a batch that small gains little
-// latency by not waiting; with many writers (the case pipelining is for)
-// the batches are far larger.
-const overlapMin = 4
+// records with them. A sync costs about the same whatever it carries (on
+// the machine this was measured on, 150-190 µs of CPU in the kernel
+// besides its wait), and two syncs of one file do not overlap on the
+// device: the second waits for the first. A small batch synced beside
+// another gains its callers little and delays every record queued behind
+// it by a whole sync. Measured with BenchmarkLogCommit (internal/lab/
+// logbench) on that machine, 64 writers did 25-52k decisions/s with 4
+// here (8-11 records per sync), 57-80k with 16, 79-85k with 32 (30
+// records per sync) and 57-87k with no overlap at all; at 16 writers,
+// 14-29k with 4 and 21-36k with 16 or more. Pipelining pays only for a
+// queue that grows faster than a sync returns.
+const overlapMin = 32
 
 // overlapLeast returns how many records that must be durable the queue
 // must hold to be written and synced while a sync is in flight: overlapMin,
