@@ -24,6 +24,25 @@ type sinkReplayView struct {
 	Decided int `json:"decided"`
 }
 
+// exit returns the error (and so the exit code) of a replay that reported
+// v, and stopped with rerr if not nil: 1 for a replay that stopped, a
+// dead letter not found or one kept; 3 (in doubt) for dead letters decided
+// whose commit on a target is left to restore; nil when all were replayed.
+func (v sinkReplayView) exit(rerr error) error {
+	switch {
+	case rerr != nil:
+		return fmt.Errorf("sink %s: replay stopped: %w", v.Sink, rerr)
+	case len(v.Missing) > 0:
+		return &exitError{code: ExitError, err: fmt.Errorf("sink %s: no dead letter %s (xactl sink dead-letters %s lists them)", v.Sink, v.Missing[0], v.Sink)}
+	case v.Kept > 0:
+		return &exitError{code: ExitError, err: fmt.Errorf("sink %s: %s kept (still bad: see the reasons above)", v.Sink, plural(v.Kept, "dead letter"))}
+	case v.Decided > 0:
+		return &exitError{code: ExitInDoubt, err: fmt.Errorf("sink %s: %s decided, their commit left to restore: their rows land when a restore runs (xactl sink status %s shows the branches)",
+			v.Sink, plural(v.Decided, "dead letter"), v.Sink)}
+	}
+	return nil
+}
+
 func newSinkReplay(g *globals) *cobra.Command {
 	var (
 		all, dryRun, force bool
@@ -93,18 +112,7 @@ the time it was set aside.`,
 			if err := g.out.result(v, v.print); err != nil {
 				return err
 			}
-			switch {
-			case rerr != nil:
-				return fmt.Errorf("sink %s: replay stopped: %w", sc.Name, rerr)
-			case len(rep.Missing) > 0:
-				return &exitError{code: ExitError, err: fmt.Errorf("sink %s: no dead letter %s (xactl sink dead-letters %s lists them)", sc.Name, rep.Missing[0], sc.Name)}
-			case v.Kept > 0:
-				return &exitError{code: ExitError, err: fmt.Errorf("sink %s: %s kept (still bad: see the reasons above)", sc.Name, plural(v.Kept, "dead letter"))}
-			case v.Decided > 0:
-				return &exitError{code: ExitInDoubt, err: fmt.Errorf("sink %s: %s decided, their commit left to restore: their rows land when a restore runs (xactl sink status %s shows the branches)",
-					sc.Name, plural(v.Decided, "dead letter"), sc.Name)}
-			}
-			return nil
+			return v.exit(rerr)
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "replay every dead letter of the sink")
