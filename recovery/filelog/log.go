@@ -921,11 +921,10 @@ func (l *Log) ackReady() {
 // new blocks; on ext4 this makes group syncs markedly cheaper. Replay takes
 // zeros after the last record for unused space.
 func (l *Log) append(b []byte) error {
-	name := segmentName(l.activeNum)
 	off := l.activeSize
 	end := off + int64(len(b))
 	if _, err := l.active.WriteAt(b, off); err != nil {
-		return fmt.Errorf("writing %s at offset %d: %w", name, off, err)
+		return fmt.Errorf("writing %s at offset %d: %w", segmentName(l.activeNum), off, err)
 	}
 	l.activeSize = end
 	l.writes++
@@ -933,7 +932,7 @@ func (l *Log) append(b []byte) error {
 		l.allocated = end
 		if fill := min(zeroChunk, l.opts.SegmentSize-end); fill > 0 {
 			if _, err := l.active.WriteAt(zeros()[:fill], end); err != nil {
-				return fmt.Errorf("preallocating %s at offset %d: %w", name, end, err)
+				return fmt.Errorf("preallocating %s at offset %d: %w", segmentName(l.activeNum), end, err)
 			}
 			l.allocated = end + fill
 		}
