@@ -60,7 +60,8 @@ type Options struct {
 	// never split: a segment may exceed it by one group.
 	SegmentSize int64
 
-	// NoSync skips every fsync. For tests only: nothing is durable.
+	// NoSync skips every fsync. For tests only: nothing is durable, and the
+	// sync marks say that what was written was synced.
 	NoSync bool
 
 	// Now is the log's clock (default time.Now). LogCommit refuses a
