@@ -704,6 +704,33 @@ func downgradeLog(t *testing.T, segs []string) {
 	}
 }
 
+// rotateIntoCurrent logs n commit records to l, closes it and checks that
+// the log in dir, whose segments were segs, rotated into a segment of the
+// current format version; it returns the segments after.
+func rotateIntoCurrent(t *testing.T, l *Log, dir string, segs []string, n int) []string {
+	t.Helper()
+	for i := range n {
+		if err := l.LogCommit(context.Background(), commitRec(gid(1000+i), 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClose(t, l)
+	after := segFiles(t, dir)
+	if len(after) <= len(segs) {
+		t.Fatalf("no rotation: %d segments before, %d after", len(segs), len(after))
+	}
+	newest := after[len(after)-1]
+	b, err := os.ReadFile(newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	num, _ := parseSegmentName(filepath.Base(newest))
+	if v, bad := parseHeader(b, num); v != formatVersion {
+		t.Fatalf("new segment of format version %d (%s)", v, bad)
+	}
+	return after
+}
+
 // TestLogOfVersion3: a log written before sync marks opens with every
 // record. Its active segment gets no marks (an older version can still
 // read it until it rotates) and keeps the old rule: a damaged record
@@ -746,23 +773,7 @@ func TestLogOfVersion3(t *testing.T) {
 	rewrite(t, last, func(b []byte) []byte { return b[:end] })
 	// Rotation starts a segment of the current version, with marks.
 	l = mustOpen(t, dir, Options{NoSync: true, SegmentSize: 1500})
-	for i := range 10 {
-		if err := l.LogCommit(ctx, commitRec(gid(1000+i), 2)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mustClose(t, l)
-	after := segFiles(t, dir)
-	if len(after) <= len(segs) {
-		t.Fatalf("no rotation: %d segments before, %d after", len(segs), len(after))
-	}
-	b, err := os.ReadFile(after[len(after)-1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := parseHeader(b, uint64(len(after))); v != formatVersion {
-		t.Fatalf("new segment of format version %d", v)
-	}
+	rotateIntoCurrent(t, l, dir, segs, 10)
 	if rep, err := Verify(dir); err != nil || rep.Records.Synced == 0 {
 		t.Fatalf("Verify after rotating: %v, %d sync marks", err, rep.Records.Synced)
 	}
@@ -813,23 +824,7 @@ func TestLogOfVersion2(t *testing.T) {
 		t.Fatalf("HEAD after Open: %+v %s, want newest %d, first 1", h, bad, newest)
 	}
 	// Rotate into segments of the current version.
-	for i := range 20 {
-		if err := l.LogCommit(ctx, commitRec(gid(1000+i), 2)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mustClose(t, l)
-	after := segFiles(t, dir)
-	if len(after) <= len(segs) {
-		t.Fatalf("no rotation: %d segments before, %d after", len(segs), len(after))
-	}
-	lastB, err := os.ReadFile(after[len(after)-1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := parseHeader(lastB, newest+uint64(len(after)-len(segs))); v != formatVersion {
-		t.Fatalf("new segment of format version %d", v)
-	}
+	after := rotateIntoCurrent(t, l, dir, segs, 20)
 	if rep, err := Verify(dir); err != nil || rep.Head == nil || rep.Head.Newest != newest+uint64(len(after)-len(segs)) || rep.Records.Link == 0 {
 		t.Fatalf("Verify after rotating: %v, %+v", err, rep)
 	}
