@@ -274,8 +274,12 @@ tail from lost data and hold no decision).`,
 				return err
 			}
 			v := dumpView{Records: []entryView{}}
-			dumpErr := filelog.Dump(dir, func(e filelog.Entry) error {
-				if (!live || e.Live) && (marks || e.Type != filelog.RecordSynced) {
+			dump := filelog.Dump
+			if marks {
+				dump = filelog.DumpAll
+			}
+			dumpErr := dump(dir, func(e filelog.Entry) error {
+				if !live || e.Live {
 					v.Records = append(v.Records, viewEntry(e))
 				}
 				return nil
@@ -328,18 +332,20 @@ type tornView struct {
 }
 
 type verifyView struct {
-	Dir            string         `json:"dir"`
-	Identity       *identityView  `json:"identity"`
-	InUse          bool           `json:"in_use"`
-	Segments       int            `json:"segments"`
-	Records        map[string]int `json:"records"`
-	LiveCommits    int            `json:"live_commits"`
-	LiveAborts     int            `json:"live_aborts"`
-	Delegations    int            `json:"delegations"`
-	LiveHeuristics int            `json:"live_heuristics"`
-	TornTail       *tornView      `json:"torn_tail"`
-	Corruption     []string       `json:"corruption"`
-	OK             bool           `json:"ok"`
+	Dir      string         `json:"dir"`
+	Identity *identityView  `json:"identity"`
+	InUse    bool           `json:"in_use"`
+	Segments int            `json:"segments"`
+	Records  map[string]int `json:"records"`
+	// SyncMarks counts the sync marks, which hold no decision.
+	SyncMarks      int       `json:"sync_marks"`
+	LiveCommits    int       `json:"live_commits"`
+	LiveAborts     int       `json:"live_aborts"`
+	Delegations    int       `json:"delegations"`
+	LiveHeuristics int       `json:"live_heuristics"`
+	TornTail       *tornView `json:"torn_tail"`
+	Corruption     []string  `json:"corruption"`
+	OK             bool      `json:"ok"`
 }
 
 // tornMeaning says what a torn tail means, both ways: it is the log's
@@ -381,7 +387,8 @@ found.`,
 			v := verifyView{
 				Dir: rep.Dir, Identity: viewIdentity(rep.Identity), InUse: rep.InUse, Segments: len(rep.Segments),
 				Records: map[string]int{"commit": rc.Commit, "forget": rc.Forget, "heuristic": rc.Heuristic, "clear": rc.Clear,
-					"abort": rc.Abort, "forget-abort": rc.ForgetAbort, "delegation": rc.Delegation, "participant": rc.Participant, "link": rc.Link, "synced": rc.Synced},
+					"abort": rc.Abort, "forget-abort": rc.ForgetAbort, "delegation": rc.Delegation, "participant": rc.Participant, "link": rc.Link},
+				SyncMarks:   rep.SyncMarks,
 				LiveCommits: rep.LiveCommits, LiveAborts: rep.LiveAborts, Delegations: rep.Delegations, LiveHeuristics: rep.LiveHeuristics,
 				Corruption: []string{}, OK: len(rep.Corruption) == 0,
 			}
@@ -394,8 +401,8 @@ found.`,
 			err = g.out.result(v, func(w io.Writer) {
 				fmt.Fprintf(w, "decision log in %s\n", v.Dir)
 				fmt.Fprintf(w, "identity: %s\n", v.Identity.text())
-				fmt.Fprintf(w, "%s; records: %d commit, %d forget, %d heuristic, %d clear, %d abort, %d forget-abort, %d delegation, %d participant, %d link, %d synced\n",
-					plural(v.Segments, "segment"), rc.Commit, rc.Forget, rc.Heuristic, rc.Clear, rc.Abort, rc.ForgetAbort, rc.Delegation, rc.Participant, rc.Link, rc.Synced)
+				fmt.Fprintf(w, "%s; records: %d commit, %d forget, %d heuristic, %d clear, %d abort, %d forget-abort, %d delegation, %d participant, %d link; %d sync marks\n",
+					plural(v.Segments, "segment"), rc.Commit, rc.Forget, rc.Heuristic, rc.Clear, rc.Abort, rc.ForgetAbort, rc.Delegation, rc.Participant, rc.Link, v.SyncMarks)
 				fmt.Fprintf(w, "live: %d commit, %d abort, %d heuristic, %d delegation\n", v.LiveCommits, v.LiveAborts, v.LiveHeuristics, v.Delegations)
 				if v.InUse {
 					fmt.Fprintln(w, "note: a transaction manager has the log open; a torn tail may be a write in progress")

@@ -742,7 +742,7 @@ func TestLogOfVersion3(t *testing.T) {
 	recs := buildLog(t, dir, 20)
 	segs := segFiles(t, dir)
 	downgradeLog(t, segs)
-	if rep, err := Verify(dir); err != nil || rep.Records.Synced != 0 || rep.Records.Link == 0 {
+	if rep, err := Verify(dir); err != nil || rep.SyncMarks != 0 || rep.Records.Link == 0 {
 		t.Fatalf("Verify of a version 3 log: %v, %+v", err, rep)
 	}
 	last := segs[len(segs)-1]
@@ -758,8 +758,8 @@ func TestLogOfVersion3(t *testing.T) {
 	if len(got) != len(recs)+1 {
 		t.Fatalf("Open of a version 3 log: %d of %d commit records", len(got), len(recs)+1)
 	}
-	if rep, err := Verify(dir); err != nil || rep.Records.Synced != 0 {
-		t.Fatalf("Verify after appending to the version 3 segment: %v, %d sync marks, want none", err, rep.Records.Synced)
+	if rep, err := Verify(dir); err != nil || rep.SyncMarks != 0 {
+		t.Fatalf("Verify after appending to the version 3 segment: %v, %d sync marks, want none", err, rep.SyncMarks)
 	}
 	// The old rule in the version 3 segment.
 	_, end := frames(t, last)
@@ -774,8 +774,8 @@ func TestLogOfVersion3(t *testing.T) {
 	// Rotation starts a segment of the current version, with marks.
 	l = mustOpen(t, dir, Options{NoSync: true, SegmentSize: 1500})
 	rotateIntoCurrent(t, l, dir, segs, 10)
-	if rep, err := Verify(dir); err != nil || rep.Records.Synced == 0 {
-		t.Fatalf("Verify after rotating: %v, %d sync marks", err, rep.Records.Synced)
+	if rep, err := Verify(dir); err != nil || rep.SyncMarks == 0 {
+		t.Fatalf("Verify after rotating: %v, %d sync marks", err, rep.SyncMarks)
 	}
 }
 

@@ -20,13 +20,16 @@ type Report struct {
 	InUse bool
 	// Head is what HEAD says, or nil when it is missing (a log of
 	// segment format version 2) or damaged (Corruption then says so).
-	Head           *Head
-	Segments       []SegmentReport
-	Records        RecordCounts // valid records, by type, dead ones included
-	LiveCommits    int          // commit records not forgotten
-	LiveAborts     int          // abort records not forgotten
-	Delegations    int          // participants delegated to
-	LiveHeuristics int          // heuristic records not cleared
+	Head     *Head
+	Segments []SegmentReport
+	Records  RecordCounts // valid records, by type, dead ones included (sync marks apart)
+	// SyncMarks counts the sync marks (see the format); they hold no
+	// decision and are not in Records or in the segments' counts.
+	SyncMarks      int
+	LiveCommits    int // commit records not forgotten
+	LiveAborts     int // abort records not forgotten
+	Delegations    int // participants delegated to
+	LiveHeuristics int // heuristic records not cleared
 	// TornTail is the incomplete write at the end of the last segment
 	// that Open would cut off, or nil.
 	TornTail *TornTail
@@ -40,7 +43,7 @@ type SegmentReport struct {
 	File    string
 	Number  uint64
 	Size    int64
-	Records int // valid records
+	Records int // valid records, sync marks apart
 }
 
 // RecordCounts counts records by type.
@@ -49,8 +52,6 @@ type RecordCounts struct {
 	// Link counts link records, one at the start of every segment but
 	// the first; they hold no decision.
 	Link int
-	// Synced counts sync marks; they hold no decision.
-	Synced int
 }
 
 func (c *RecordCounts) add(t RecordType) {
@@ -73,14 +74,12 @@ func (c *RecordCounts) add(t RecordType) {
 		c.Participant++
 	case RecordLink:
 		c.Link++
-	case RecordSynced:
-		c.Synced++
 	}
 }
 
 // Total returns the number of records counted.
 func (c RecordCounts) Total() int {
-	return c.Commit + c.Forget + c.Heuristic + c.Clear + c.Abort + c.ForgetAbort + c.Delegation + c.Participant + c.Link + c.Synced
+	return c.Commit + c.Forget + c.Heuristic + c.Clear + c.Abort + c.ForgetAbort + c.Delegation + c.Participant + c.Link
 }
 
 // Entry is one valid record, as Dump shows it.
@@ -124,6 +123,9 @@ type Entry struct {
 func Verify(dir string) (Report, error) {
 	r := Report{Dir: dir}
 	rp, inUse, err := inspect(dir, func(_ uint64, _ string, _ int64, t RecordType, _ *decoded, _ []byte, _ *liveRecord) {
+		if t == RecordSynced {
+			r.SyncMarks++
+		}
 		r.Records.add(t)
 	})
 	r.InUse = inUse
@@ -145,17 +147,31 @@ func Verify(dir string) (Report, error) {
 }
 
 // Dump calls fn for the identity (an Entry of type RecordIdentity, when
-// IDENTITY is sound) and then for every valid record of the log in dir, in
-// log order, each marked Live or not by the replay Open does, without
+// IDENTITY is sound) and then for every valid record of the log in dir but
+// the sync marks (DumpAll shows them too), in log order, each marked Live or not by the replay Open does, without
 // modifying anything (locking as Verify does). It reads the whole log
 // before the first call. It stops at the first error from fn and returns
 // it. Records past a corrupt spot are shown too; Dump then returns an
 // error wrapping ErrCorrupt at the end. A torn tail is not an error (Verify
 // reports it).
 func Dump(dir string, fn func(Entry) error) error {
+	return dump(dir, false, fn)
+}
+
+// DumpAll is Dump with the sync marks (entries of type RecordSynced), which
+// hold no decision: each says up to which offset of its segment everything
+// had been synced when it was written.
+func DumpAll(dir string, fn func(Entry) error) error {
+	return dump(dir, true, fn)
+}
+
+func dump(dir string, marks bool, fn func(Entry) error) error {
 	var entries []Entry
 	var live []*liveRecord
 	rp, _, err := inspect(dir, func(seg uint64, name string, off int64, t RecordType, d *decoded, frame []byte, r *liveRecord) {
+		if t == RecordSynced && !marks {
+			return
+		}
 		entries = append(entries, Entry{
 			Segment: seg, File: name, Offset: off, Size: len(frame), Type: t,
 			Commit: d.commit, ID: d.id, Heuristic: d.heuristic, XID: d.xid, RM: d.rm,

@@ -52,12 +52,7 @@ func TestVerifyAndDump(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Sync marks: one in each batch after the first, and one at Close.
-	marks := rep.Records.Synced
-	if marks < 2 || marks > len(steps) {
-		t.Errorf("Verify counts %d sync marks for %d records written one at a time, want 2 to %d", marks, len(steps), len(steps))
-	}
-	want := RecordCounts{Commit: 4, Forget: 1, Heuristic: 2, Clear: 1, Abort: 2, Delegation: 1, Synced: marks}
+	want := RecordCounts{Commit: 4, Forget: 1, Heuristic: 2, Clear: 1, Abort: 2, Delegation: 1}
 	if rep.InUse || rep.Records != want || rep.LiveCommits != 3 || rep.LiveHeuristics != 1 || rep.LiveAborts != 2 ||
 		rep.Delegations != 1 || rep.TornTail != nil || len(rep.Corruption) != 0 {
 		t.Errorf("Verify = %+v; want counts %+v, 3 live commits, 1 live heuristic, 2 aborts, 1 delegation, no damage", rep, want)
@@ -72,8 +67,8 @@ func TestVerifyAndDump(t *testing.T) {
 			t.Errorf("segment %+v", s)
 		}
 	}
-	if n != len(steps)+marks || rep.Records.Total() != n {
-		t.Errorf("segments hold %d records, Total says %d, want %d", n, rep.Records.Total(), len(steps)+marks)
+	if n != len(steps) || rep.Records.Total() != n {
+		t.Errorf("segments hold %d records, Total says %d, want %d", n, rep.Records.Total(), len(steps))
 	}
 
 	// Dump: the identity, then every record in order, with positions,
@@ -82,42 +77,40 @@ func TestVerifyAndDump(t *testing.T) {
 	if err := Dump(dir, func(e Entry) error { got = append(got, e); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != len(steps)+marks+1 {
-		t.Fatalf("Dump shows %d entries, want %d", len(got), len(steps)+marks+1)
+	if len(got) != len(steps)+1 {
+		t.Fatalf("Dump shows %d entries, want %d", len(got), len(steps)+1)
 	}
 	if e := got[0]; e.Type != RecordIdentity || e.File != identityName || !e.Live || !sameIdentity(e.Identity, testIdent) {
 		t.Errorf("first entry %+v, want the identity", e)
 	}
 	got = got[1:]
-	for i, e := range got {
+	// DumpAll adds the sync marks (one in each batch after the first, and
+	// one at Close), which Verify counts apart: with them, each record
+	// follows the one before, and each mark covers what precedes it.
+	var all []Entry
+	if err := DumpAll(dir, func(e Entry) error { all = append(all, e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	all = all[1:]
+	if marks := len(all) - len(got); marks != rep.SyncMarks || marks < 2 || marks > len(steps) {
+		t.Errorf("DumpAll shows %d sync marks, Verify counts %d; want 2 to %d", marks, rep.SyncMarks, len(steps))
+	}
+	for i, e := range all {
 		if i > 0 {
-			p := got[i-1]
+			p := all[i-1]
 			if e.Segment < p.Segment || e.Segment == p.Segment && e.Offset != p.Offset+int64(p.Size) {
 				t.Errorf("record %d at %s:%d does not follow %s:%d+%d", i, e.File, e.Offset, p.File, p.Offset, p.Size)
 			}
 		} else if e.Offset != headerSize {
 			t.Errorf("first record at offset %d", e.Offset)
 		}
-	}
-	// Each sync mark covers what was written before it, and the last
-	// (written at Close) all of it.
-	var decisions []Entry
-	for i, e := range got {
-		if e.Type != RecordSynced {
-			decisions = append(decisions, e)
-			continue
-		}
-		if e.Live || e.Synced > e.Offset || e.Synced <= headerSize {
+		if e.Type == RecordSynced && (e.Live || e.Synced > e.Offset || e.Synced <= headerSize) {
 			t.Errorf("sync mark %+v", e)
 		}
-		if i == len(got)-1 && e.Synced != e.Offset {
-			t.Errorf("the last sync mark, at offset %d, covers up to %d, not all that precedes it", e.Offset, e.Synced)
-		}
 	}
-	if e := got[len(got)-1]; e.Type != RecordSynced {
-		t.Errorf("the log closed does not end with a sync mark: %+v", e)
+	if e := all[len(all)-1]; e.Type != RecordSynced || e.Synced != e.Offset {
+		t.Errorf("the closed log does not end with a sync mark covering all before it: %+v", e)
 	}
-	got = decisions
 	if e := got[0]; e.Type != RecordCommit || enc(t, e.Commit) != enc(t, commitRec(gid(1), 2)) || e.ID != gid(1) || !e.Live {
 		t.Errorf("first record %+v", e)
 	}

@@ -41,9 +41,9 @@ type TornTail struct {
 type segmentScan struct {
 	num     uint64
 	name    string
-	size    int64 // file size
-	end     int64 // end of the last valid record (or of the header)
-	records int
+	size    int64  // file size
+	end     int64  // end of the last valid record (or of the header)
+	records int    // valid records, sync marks apart
 	version uint32 // format version of the header; 0 when the header is bad
 	link    *Link  // the link record that starts the segment, if sound
 	linked  bool   // the segment starts with a link record, sound or not
@@ -161,7 +161,9 @@ func scanLog(dir string, visit visitFunc) (scanResult, error) {
 					if reason != "" {
 						res.corrupt = append(res.corrupt, CorruptError{File: name, Offset: int64(off), Reason: reason})
 					}
-					seg.records++
+					if t != RecordSynced {
+						seg.records++
+					}
 					if visit != nil {
 						if err := visit(n, name, int64(off), t, d, b[off:end]); err != nil {
 							return res, err
