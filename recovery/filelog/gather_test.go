@@ -1,0 +1,172 @@
+package filelog
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// slowSyncs makes every sync of h take d longer.
+func slowSyncs(h *hookFS, d time.Duration) {
+	h.setHook(func(op, _ string, _ []byte, _ int64) error {
+		if op == "sync" {
+			time.Sleep(d)
+		}
+		return nil
+	})
+}
+
+// TestGatherJoinsOneSync: writers that come back as soon as their record
+// is durable share one sync, instead of splitting into two groups of half
+// their number that take turns (each group's callers come back while the
+// other's sync runs).
+func TestGatherJoinsOneSync(t *testing.T) {
+	h := &hookFS{}
+	// Generous waits, so that a loaded machine's slow wake-ups do not
+	// end a gathering early; the rule, not the figures, is under test.
+	l := mustCreate(t, t.TempDir(), Options{fs: h, gatherQuiet: 20 * time.Millisecond, gatherMax: 200 * time.Millisecond})
+	defer l.Close()
+	slowSyncs(h, 5*time.Millisecond)
+	const writers, rounds = 16, 20
+	ctx := context.Background()
+	syncs := l.SyncCount()
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for w := range writers {
+		wg.Go(func() {
+			for r := range rounds {
+				id := gid(w*rounds + r)
+				if err := l.LogCommit(ctx, commitRec(id, 2)); err != nil {
+					failed.Store(err)
+					return
+				}
+				if err := l.Forget(ctx, id); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		t.Fatal(err)
+	}
+	n := l.SyncCount() - syncs
+	perSync := float64(writers*rounds) / float64(n)
+	// Every writer in every sync would give 16; two groups taking turns, 8.
+	if perSync < 12 {
+		t.Errorf("%d commits took %d syncs, %.1f per sync; want at least 12 of the %d writers in each", writers*rounds, n, perSync, writers)
+	}
+}
+
+// heldGroup commits one record whose sync is held until the queue holds
+// n more, then lets the sync return. With n+1 of at least gatherFewest,
+// the writer then gathers for the first caller to come back and join the
+// n, which it does not. It returns when the first commit returned, and a
+// channel that receives the n commits' errors.
+func heldGroup(t *testing.T, l *Log, h *hookFS, n int) <-chan error {
+	t.Helper()
+	gate := make(chan struct{})
+	var first atomic.Bool
+	h.setHook(func(op, _ string, _ []byte, _ int64) error {
+		if op == "sync" && first.CompareAndSwap(false, true) {
+			<-gate
+		}
+		return nil
+	})
+	ctx := context.Background()
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- l.LogCommit(ctx, commitRec(gid(0), 2)) }()
+	for !first.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	queued := make(chan error, n)
+	for i := 1; i <= n; i++ {
+		go func() { queued <- l.LogCommit(ctx, commitRec(gid(i), 2)) }()
+	}
+	for {
+		l.mu.Lock()
+		q := l.queuedDurable
+		l.mu.Unlock()
+		if q == n {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
+	return queued
+}
+
+// waitQueued waits for the n commits of heldGroup and returns how long
+// they took from now.
+func waitQueued(t *testing.T, queued <-chan error, n int) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for range n {
+		if err := <-queued; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return time.Since(start)
+}
+
+// TestGatherEndsWhenQuiet: when callers of the last group do not come
+// back, the records queued wait no longer than the quiet time.
+func TestGatherEndsWhenQuiet(t *testing.T) {
+	h := &hookFS{}
+	const quiet = 300 * time.Millisecond
+	l := mustCreate(t, t.TempDir(), Options{fs: h, gatherQuiet: quiet, gatherMax: time.Minute})
+	defer l.Close()
+	d := waitQueued(t, heldGroup(t, l, h, 7), 7)
+	if d < quiet/2 || d > 20*quiet {
+		t.Errorf("the seven records queued behind the first waited %v after it returned; want about the quiet time, %v", d, quiet)
+	}
+}
+
+// TestGatherEndsAtItsBound: the gathering ends at its bound even if the
+// quiet time has not passed.
+func TestGatherEndsAtItsBound(t *testing.T) {
+	h := &hookFS{}
+	const bound = 300 * time.Millisecond
+	l := mustCreate(t, t.TempDir(), Options{fs: h, gatherQuiet: time.Minute, gatherMax: bound})
+	defer l.Close()
+	d := waitQueued(t, heldGroup(t, l, h, 7), 7)
+	if d < bound/2 || d > 20*bound {
+		t.Errorf("the seven records queued behind the first waited %v after it returned; want about the gathering's bound, %v", d, bound)
+	}
+}
+
+// TestGatherDoesNotDelayClose: Close writes what is queued at once, and
+// its callers learn that it is durable.
+func TestGatherDoesNotDelayClose(t *testing.T) {
+	h := &hookFS{}
+	l := mustCreate(t, t.TempDir(), Options{fs: h, gatherQuiet: time.Minute, gatherMax: time.Minute})
+	seven := heldGroup(t, l, h, 7)
+	time.Sleep(20 * time.Millisecond) // the writer is gathering
+	start := time.Now()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitQueued(t, seven, 7)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Close and the records queued took %v during a gathering of a minute", d)
+	}
+}
+
+// TestSmallGroupDoesNotGather: after a group smaller than gatherFewest
+// the writer does not wait: a caller that does not come back delays no
+// one (one or two writers gain nothing from the wait).
+func TestSmallGroupDoesNotGather(t *testing.T) {
+	h := &hookFS{}
+	l := mustCreate(t, t.TempDir(), Options{fs: h, gatherQuiet: time.Minute, gatherMax: time.Minute})
+	defer l.Close()
+	n := gatherFewest - 2 // with the first, one fewer than gatherFewest
+	if d := waitQueued(t, heldGroup(t, l, h, n), n); d > 20*time.Second {
+		t.Errorf("the %d records queued behind the first waited %v after it returned", n, d)
+	}
+}
