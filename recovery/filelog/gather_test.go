@@ -170,3 +170,41 @@ func TestSmallGroupDoesNotGather(t *testing.T) {
 		t.Errorf("the %d records queued behind the first waited %v after it returned", n, d)
 	}
 }
+
+// TestGatherWritesNoForgetAlone: forget records queued while the writer
+// gathers wait for the next group, as they would without a gathering:
+// the end of a gathering with only forget records queued writes nothing.
+func TestGatherWritesNoForgetAlone(t *testing.T) {
+	h := &hookFS{}
+	const quiet = 10 * time.Millisecond
+	l := mustCreate(t, t.TempDir(), Options{fs: h, gatherQuiet: quiet, gatherMax: time.Second})
+	defer l.Close()
+	queued := heldGroup(t, l, h, 7)
+	// The seven are written once the gathering for the first caller
+	// ends; hold their sync, and queue a forget record meanwhile.
+	gate := make(chan struct{})
+	var held, released atomic.Bool
+	var writes atomic.Int32
+	h.setHook(func(op, _ string, _ []byte, _ int64) error {
+		switch {
+		case op == "sync" && held.CompareAndSwap(false, true):
+			<-gate
+		case op == "write" && released.Load():
+			writes.Add(1)
+		}
+		return nil
+	})
+	for !held.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	if err := l.Forget(context.Background(), gid(0)); err != nil {
+		t.Fatal(err)
+	}
+	released.Store(true)
+	close(gate)
+	waitQueued(t, queued, 7)
+	time.Sleep(20 * quiet) // the gathering for the seven has ended
+	if n := writes.Load(); n != 0 {
+		t.Errorf("%d writes after the sync of the seven, with only a forget record queued; want none", n)
+	}
+}

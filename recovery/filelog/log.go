@@ -708,9 +708,11 @@ func (l *Log) run() {
 			return
 		}
 		var expired <-chan time.Time
-		if l.gather.want > 0 && !l.syncing() && l.hasQueued() {
-			// Records wait for the gathering to end (the first arrival
-			// into an empty queue wakes the writer by itself).
+		if l.gather.want > 0 && !l.syncing() && l.hasDurableQueued() {
+			// Records that must be durable wait for the gathering to
+			// end. (The first of them wakes the writer by itself;
+			// forget records wake no one and wait for the next group,
+			// as they would without a gathering.)
 			l.gather.timer.Reset(time.Until(l.gather.until()))
 			expired = l.gather.timer.C
 		}
@@ -726,11 +728,12 @@ func (l *Log) run() {
 	}
 }
 
-// hasQueued reports whether records are queued.
-func (l *Log) hasQueued() bool {
+// hasDurableQueued reports whether records that must be durable are
+// queued.
+func (l *Log) hasDurableQueued() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.queue) > 0
+	return l.queuedDurable > 0
 }
 
 // maxSyncs is how many batches may be syncing at once.
