@@ -170,3 +170,82 @@ func TestSmallGroupDoesNotGather(t *testing.T) {
 		t.Errorf("the %d records queued behind the first waited %v after it returned", n, d)
 	}
 }
+
+// TestGatherCountsEachCallerOnce: a caller that the sync woke and that
+// queued its next record before the writer looked at the queue is one of
+// the callers the gathering waits for, not one more. Counted twice, the
+// gathering waits for a caller that does not exist, until its quiet time
+// or its bound, though every caller is back.
+func TestGatherCountsEachCallerOnce(t *testing.T) {
+	h := &hookFS{}
+	const n = 6 // the callers, at least gatherFewest
+	var l *Log
+	var hold atomic.Bool
+	// OnSync runs after the acknowledged callers were woken: with hold
+	// set, it waits (once) until the first caller has queued again, as a
+	// caller on another core can before the writer gets on.
+	onSync := func(int, int, time.Duration) {
+		if !hold.CompareAndSwap(true, false) {
+			return
+		}
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			l.mu.Lock()
+			q := l.queuedDurable
+			l.mu.Unlock()
+			if q == n {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	l = mustCreate(t, t.TempDir(), Options{fs: h, OnSync: onSync, gatherQuiet: time.Minute, gatherMax: time.Minute})
+	defer l.Close()
+	gate := make(chan struct{})
+	var first atomic.Bool
+	h.setHook(func(op, _ string, _ []byte, _ int64) error {
+		if op == "sync" && first.CompareAndSwap(false, true) {
+			<-gate
+		}
+		return nil
+	})
+	ctx := context.Background()
+	errs := make(chan error, n+1)
+	go func() {
+		// The first caller: alone in the first sync, then back at once.
+		if err := l.LogCommit(ctx, commitRec(gid(0), 2)); err != nil {
+			errs <- err
+			return
+		}
+		errs <- l.LogCommit(ctx, commitRec(gid(100), 2))
+	}()
+	for !first.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	for i := 1; i < n; i++ {
+		go func() { errs <- l.LogCommit(ctx, commitRec(gid(i), 2)) }()
+	}
+	for {
+		l.mu.Lock()
+		q := l.queuedDurable
+		l.mu.Unlock()
+		if q == n-1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	hold.Store(true)
+	close(gate)
+	// Every caller is back once the first one is: the n records go out
+	// together at once, not after the minute of quiet time.
+	timeout := time.After(10 * time.Second)
+	for i := range n {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-timeout:
+			t.Fatalf("%d of the %d records still wait 10 s after every caller was back: the gathering waits for a caller that is not coming", n-i, n)
+		}
+	}
+}

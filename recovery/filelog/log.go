@@ -1002,11 +1002,17 @@ func (l *Log) syncDone(r syncResult) error {
 	l.syncedWrites = max(l.syncedWrites, r.covers)
 	l.durable = max(l.durable, r.upto)
 	r.b.synced = true
-	acked := l.ackReady()
-	if !l.syncing() {
+	// The queue is counted before ackReady wakes the callers: one that
+	// queues its next record before the writer looks is one of the acked
+	// callers the gathering waits for, not one more.
+	gather, queued := !l.syncing(), 0
+	if gather {
 		l.mu.Lock()
-		queued := l.queuedDurable
+		queued = l.queuedDurable
 		l.mu.Unlock()
+	}
+	acked := l.ackReady()
+	if gather {
 		l.gather.start(acked, queued, time.Now(), r.took, &l.opts)
 	}
 	return nil
