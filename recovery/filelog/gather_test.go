@@ -208,3 +208,104 @@ func TestGatherWritesNoForgetAlone(t *testing.T) {
 		t.Errorf("%d writes after the sync of the seven, with only a forget record queued; want none", n)
 	}
 }
+
+// TestGatherCountsEachCallerOnce: a caller that the sync woke and that
+// queued its next record before the writer looked at the queue is one of
+// the callers the gathering waits for, not one more. Counted twice, the
+// gathering waits for a caller that does not exist, until its quiet time
+// or its bound, though every caller is back.
+func TestGatherCountsEachCallerOnce(t *testing.T) {
+	h := &hookFS{}
+	const n = 6 // the callers, at least gatherFewest
+	var l *Log
+	var hold atomic.Bool
+	// OnSync runs after the acknowledged callers were woken: with hold
+	// set, it waits (once) until the first caller has queued again, as a
+	// caller on another core can before the writer gets on.
+	onSync := func(int, int, time.Duration) {
+		if !hold.CompareAndSwap(true, false) {
+			return
+		}
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			l.mu.Lock()
+			q := l.queuedDurable
+			l.mu.Unlock()
+			if q == n {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	l = mustCreate(t, t.TempDir(), Options{fs: h, OnSync: onSync, gatherQuiet: time.Minute, gatherMax: time.Minute})
+	defer l.Close()
+	gate := make(chan struct{})
+	var first atomic.Bool
+	h.setHook(func(op, _ string, _ []byte, _ int64) error {
+		if op == "sync" && first.CompareAndSwap(false, true) {
+			<-gate
+		}
+		return nil
+	})
+	ctx := context.Background()
+	errs := make(chan error, n+1)
+	go func() {
+		// The first caller: alone in the first sync, then back at once.
+		if err := l.LogCommit(ctx, commitRec(gid(0), 2)); err != nil {
+			errs <- err
+			return
+		}
+		errs <- l.LogCommit(ctx, commitRec(gid(100), 2))
+	}()
+	for !first.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	for i := 1; i < n; i++ {
+		go func() { errs <- l.LogCommit(ctx, commitRec(gid(i), 2)) }()
+	}
+	for {
+		l.mu.Lock()
+		q := l.queuedDurable
+		l.mu.Unlock()
+		if q == n-1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	hold.Store(true)
+	close(gate)
+	// Every caller is back once the first one is: the n records go out
+	// together at once, not after the minute of quiet time.
+	timeout := time.After(10 * time.Second)
+	for i := range n {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-timeout:
+			t.Fatalf("%d of the %d records still wait 10 s after every caller was back: the gathering waits for a caller that is not coming", n-i, n)
+		}
+	}
+}
+
+// TestGatherOverOnceQuiet: once no record has arrived for the quiet time,
+// the gathering is over; a record arriving later is written at once
+// instead of starting the wait again.
+func TestGatherOverOnceQuiet(t *testing.T) {
+	h := &hookFS{}
+	const quiet = time.Second
+	l := mustCreate(t, t.TempDir(), Options{fs: h, gatherQuiet: quiet, gatherMax: time.Minute})
+	defer l.Close()
+	// The seven are written once the gathering for the first caller ends
+	// (a quiet time); after their sync the writer gathers for them, and
+	// none comes back.
+	waitQueued(t, heldGroup(t, l, h, 7), 7)
+	time.Sleep(2 * quiet)
+	start := time.Now()
+	if err := l.LogCommit(context.Background(), commitRec(gid(100), 2)); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > quiet/2 {
+		t.Errorf("a record arriving %v after the last one waited %v; the quiet time, %v, had passed", 2*quiet, d, quiet)
+	}
+}

@@ -826,10 +826,16 @@ func (g *gathering) least(queued int, now time.Time) int {
 	if g.want == 0 {
 		return 0
 	}
+	// Over if the quiet time passed before this look, whatever arrived
+	// since: an arrival after it does not start the wait again.
+	if !now.Before(g.until()) {
+		g.want = 0
+		return 0
+	}
 	if queued > g.seen {
 		g.seen, g.last = queued, now
 	}
-	if queued >= g.want || !now.Before(g.until()) {
+	if queued >= g.want {
 		g.want = 0
 	}
 	return g.want
@@ -1005,11 +1011,17 @@ func (l *Log) syncDone(r syncResult) error {
 	l.syncedWrites = max(l.syncedWrites, r.covers)
 	l.durable = max(l.durable, r.upto)
 	r.b.synced = true
-	acked := l.ackReady()
-	if !l.syncing() {
+	// The queue is counted before ackReady wakes the callers: one that
+	// queues its next record before the writer looks is one of the acked
+	// callers the gathering waits for, not one more.
+	gather, queued := !l.syncing(), 0
+	if gather {
 		l.mu.Lock()
-		queued := l.queuedDurable
+		queued = l.queuedDurable
 		l.mu.Unlock()
+	}
+	acked := l.ackReady()
+	if gather {
 		l.gather.start(acked, queued, time.Now(), r.took, &l.opts)
 	}
 	return nil
