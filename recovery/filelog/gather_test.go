@@ -115,29 +115,27 @@ func waitQueued(t *testing.T, queued <-chan error, n int) time.Duration {
 	return time.Since(start)
 }
 
-// TestGatherEndsWhenQuiet: when callers of the last group do not come
-// back, the records queued wait no longer than the quiet time.
-func TestGatherEndsWhenQuiet(t *testing.T) {
-	h := &hookFS{}
-	const quiet = 300 * time.Millisecond
-	l := mustCreate(t, t.TempDir(), Options{fs: h, gatherQuiet: quiet, gatherMax: time.Minute})
-	defer l.Close()
-	d := waitQueued(t, heldGroup(t, l, h, 7), 7)
-	if d < quiet/2 || d > 20*quiet {
-		t.Errorf("the seven records queued behind the first waited %v after it returned; want about the quiet time, %v", d, quiet)
-	}
-}
-
-// TestGatherEndsAtItsBound: the gathering ends at its bound even if the
-// quiet time has not passed.
-func TestGatherEndsAtItsBound(t *testing.T) {
-	h := &hookFS{}
-	const bound = 300 * time.Millisecond
-	l := mustCreate(t, t.TempDir(), Options{fs: h, gatherQuiet: time.Minute, gatherMax: bound})
-	defer l.Close()
-	d := waitQueued(t, heldGroup(t, l, h, 7), 7)
-	if d < bound/2 || d > 20*bound {
-		t.Errorf("the seven records queued behind the first waited %v after it returned; want about the gathering's bound, %v", d, bound)
+// TestGatherEnds: when callers of the last group do not come back, the
+// records queued wait no longer than the quiet time, or the gathering's
+// bound if that comes first.
+func TestGatherEnds(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		quiet, bound time.Duration
+		want         time.Duration // about how long the records wait
+	}{
+		{"when quiet", 300 * time.Millisecond, time.Minute, 300 * time.Millisecond},
+		{"at its bound", time.Minute, 300 * time.Millisecond, 300 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := &hookFS{}
+			l := mustCreate(t, t.TempDir(), Options{fs: h, gatherQuiet: c.quiet, gatherMax: c.bound})
+			defer l.Close()
+			d := waitQueued(t, heldGroup(t, l, h, 7), 7)
+			if d < c.want/2 || d > 20*c.want {
+				t.Errorf("the seven records queued behind the first waited %v after it returned; want about %v (quiet time %v, bound %v)", d, c.want, c.quiet, c.bound)
+			}
+		})
 	}
 }
 
